@@ -1,0 +1,18 @@
+# `cmake --install` writes the headers and a package config, so downstream projects use
+# find_package(hybridseq) and link hybridseq::hybridseq.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS hybridseq EXPORT hybridseqTargets)
+install(DIRECTORY include/hybridseq DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT hybridseqTargets NAMESPACE hybridseq:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hybridseq)
+
+configure_package_config_file(cmake/hybridseqConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/hybridseqConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hybridseq)
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/hybridseqConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/hybridseqConfig.cmake
+              ${CMAKE_CURRENT_BINARY_DIR}/hybridseqConfigVersion.cmake
+              cmake/hybridseqDependencies.cmake cmake/FindKokkosDebian.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hybridseq)

@@ -1,0 +1,9 @@
+# Warning and sanitizer flags for the project's own translation units (tests, bench,
+# examples). Kokkos/Eigen/Boost come in as system includes, so -Werror judges only our code.
+add_library(hybridseq_warnings INTERFACE)
+target_compile_options(hybridseq_warnings INTERFACE -Wall -Wextra -Wpedantic -Werror)
+if(HYBRIDSEQ_SANITIZE)
+  target_compile_options(hybridseq_warnings INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
+                                                      -fno-sanitize-recover=undefined)
+  target_link_options(hybridseq_warnings INTERFACE -fsanitize=address,undefined)
+endif()

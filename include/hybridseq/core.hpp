@@ -1,0 +1,14 @@
+#pragma once
+/// \file
+/// Umbrella for hybridseq::core: spaces, tensors, errors and checks, flat tuple, concepts,
+/// RNG and initialisers, workspace, parameters and their visitor.
+
+#include "core/check.hpp"
+#include "core/concepts.hpp"
+#include "core/error.hpp"
+#include "core/flat_tuple.hpp"
+#include "core/kokkos_compat.hpp"
+#include "core/parameter.hpp"
+#include "core/rng.hpp"
+#include "core/spaces.hpp"
+#include "core/workspace.hpp"

@@ -1,0 +1,166 @@
+#pragma once
+/// \file
+/// Parameters and the one mechanism that reaches them: the parameter visitor.
+///
+/// A module lists its parameters and sub-modules in `visit_parameters`:
+///   template <class Visit> void visit_parameters(Visit&& visit) {
+///     visit("weight", weight_);  // a Parameter
+///     visit("fc1", fc1_);        // a sub-module
+///   }
+/// `for_each_parameter(module, f)` walks that tree and calls `f(dotted_name, parameter)` with
+/// stable names (`blocks.3.attn.wqkv`). Initialisation, zero_grad, parameter counts,
+/// safetensors save/load and the optimizer are all built on it, so there is one way to
+/// enumerate parameters.
+
+#include <array>
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "error.hpp"
+#include "rng.hpp"
+#include "spaces.hpp"
+
+namespace hybridseq::core {
+
+/// What a parameter is, for decisions that depend on it (weight decay, DeepNorm scaling).
+enum class Role { weight, bias, norm_gain, embedding, scalar };
+
+/// Weight decay applies to matrices only: not to norms, biases, embeddings or scalars.
+constexpr bool decays(Role r) { return r == Role::weight; }
+
+/// A trainable tensor of rank ≤ 4 with its gradient, stored flat; layers view it shaped.
+template <Scalar T, ExecutionSpace Space>
+class Parameter {
+ public:
+  using scalar_type = T;
+  using execution_space = Space;
+  static constexpr int max_rank = 4;
+
+  Parameter(std::initializer_list<std::int64_t> shape, Role role, Init init)
+      : role_(role), init_(init) {
+    if (shape.size() > max_rank)
+      fail<shape_error>("hybridseq::core::Parameter", "rank ", shape.size(), " exceeds ", max_rank);
+    std::size_t n = 1;
+    for (auto e : shape) {
+      shape_[rank_++] = e;
+      n *= static_cast<std::size_t>(e);
+    }
+    value_ = Tensor<T*, Space>("hybridseq::param", n);
+    grad_ = Tensor<T*, Space>("hybridseq::grad", n);
+  }
+
+  /// Flat storage (numel) of the value and of its gradient.
+  const Tensor<T*, Space>& value() const { return value_; }
+  const Tensor<T*, Space>& grad() const { return grad_; }
+
+  /// The value or gradient viewed with the parameter's shape: `weight.shaped<T**>()`.
+  template <class DataType>
+  Tensor<DataType, Space> shaped() const {
+    return reshape<DataType>(value_);
+  }
+  template <class DataType>
+  Tensor<DataType, Space> shaped_grad() const {
+    return reshape<DataType>(grad_);
+  }
+
+  int rank() const { return rank_; }
+  std::int64_t extent(int r) const { return shape_[r]; }
+  std::array<std::int64_t, max_rank> shape() const { return shape_; }
+  std::int64_t numel() const { return static_cast<std::int64_t>(value_.extent(0)); }
+  Role role() const { return role_; }
+  const Init& init() const { return init_; }
+  void set_init(const Init& init) { init_ = init; }
+
+ private:
+  template <class DataType>
+  Tensor<DataType, Space> reshape(const Tensor<T*, Space>& flat) const {
+    using V = Tensor<DataType, Space>;
+    static_assert(std::is_same_v<std::remove_const_t<typename V::value_type>, T>,
+                  "hybridseq::core::Parameter::shaped: scalar type differs from the parameter's");
+    if (static_cast<int>(V::rank) != rank_)
+      fail<shape_error>("hybridseq::core::Parameter::shaped", "requested rank ", V::rank,
+                        " but the parameter has rank ", rank_);
+    if constexpr (V::rank == 1) return V(flat.data(), shape_[0]);
+    else if constexpr (V::rank == 2) return V(flat.data(), shape_[0], shape_[1]);
+    else if constexpr (V::rank == 3) return V(flat.data(), shape_[0], shape_[1], shape_[2]);
+    else return V(flat.data(), shape_[0], shape_[1], shape_[2], shape_[3]);
+  }
+
+  Tensor<T*, Space> value_, grad_;  // (numel)
+  std::array<std::int64_t, max_rank> shape_{};
+  int rank_ = 0;
+  Role role_;
+  Init init_;
+};
+
+template <class P>
+struct is_parameter : std::false_type {};
+template <class T, class S>
+struct is_parameter<Parameter<T, S>> : std::true_type {};
+
+/// Anything that lists its parameters and sub-modules.
+template <class M>
+concept HasParameters = requires(M& m) {
+  m.visit_parameters([](std::string_view, auto&) {});
+};
+
+namespace detail {
+inline std::string join(std::string_view prefix, std::string_view name) {
+  if (prefix.empty()) return std::string(name);
+  std::string s(prefix);
+  s += '.';
+  s += name;
+  return s;
+}
+
+template <class Node, class F>
+void walk(const std::string& path, Node& node, F& f) {
+  if constexpr (is_parameter<std::remove_const_t<Node>>::value) {
+    f(std::string_view(path), node);
+  } else {
+    static_assert(HasParameters<Node>,
+                  "hybridseq::core::for_each_parameter: a member passed to visit() is neither a "
+                  "Parameter nor a module with visit_parameters()");
+    node.visit_parameters([&](std::string_view name, auto& child) { walk(join(path, name), child, f); });
+  }
+}
+}  // namespace detail
+
+/// Calls `f(name, parameter)` for every parameter of `module`, in declaration order.
+template <class Module, class F>
+void for_each_parameter(Module& module, F&& f, std::string_view prefix = "") {
+  detail::walk(std::string(prefix), module, f);
+}
+
+/// Number of scalar parameters.
+template <class Module>
+std::int64_t parameter_count(Module& module) {
+  std::int64_t n = 0;
+  for_each_parameter(module, [&](std::string_view, auto& p) { n += p.numel(); });
+  return n;
+}
+
+/// Zeroes every gradient (backward accumulates, the caller zeroes).
+template <class Module>
+void zero_grad(Module& module) {
+  for_each_parameter(module, [](std::string_view, auto& p) {
+    Kokkos::deep_copy(p.grad(), typename std::remove_reference_t<decltype(p)>::scalar_type{});
+  });
+}
+
+/// Initialises every parameter from its `Init`, with a random stream derived from its dotted
+/// name: the same seed gives the same parameters on every execution space, and adding a
+/// parameter elsewhere in the model does not change the others.
+template <class Module>
+void initialize(Module& module, std::uint64_t seed) {
+  for_each_parameter(module, [&](std::string_view name, auto& p) {
+    using P = std::remove_reference_t<decltype(p)>;
+    fill(typename P::execution_space{}, p.value(), p.init(), seed, stream_of(name));
+  });
+}
+
+}  // namespace hybridseq::core

@@ -1,0 +1,129 @@
+#pragma once
+/// \file
+/// Elementwise activations and their derivatives, forward and backward kernels.
+///
+/// Definitions follow PyTorch: GELU exact (erf form) and its tanh approximation, SiLU
+/// x·σ(x), softplus log(1 + eˣ) with PyTorch's linear region above x = 20.
+
+#include <cstdint>
+
+#include "../core/spaces.hpp"
+
+namespace hybridseq::kernels {
+
+enum class Activation { identity, gelu, gelu_tanh, silu, softplus };
+
+constexpr const char* name_of(Activation a) {
+  switch (a) {
+    case Activation::identity: return "identity";
+    case Activation::gelu: return "gelu";
+    case Activation::gelu_tanh: return "gelu_tanh";
+    case Activation::silu: return "silu";
+    case Activation::softplus: return "softplus";
+  }
+  return "?";
+}
+
+/// f(x) and f'(x) for activation A.
+template <Activation A>
+struct ActivationFn;
+
+template <>
+struct ActivationFn<Activation::identity> {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) { return x; }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T derivative(T) { return T(1); }
+};
+
+template <>
+struct ActivationFn<Activation::gelu> {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
+  }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T derivative(T x) {
+    const T cdf = T(0.5) * (T(1) + math::erf(x * T(0.70710678118654752440)));
+    const T pdf = T(0.39894228040143267794) * math::exp(T(-0.5) * x * x);
+    return cdf + x * pdf;
+  }
+};
+
+template <>
+struct ActivationFn<Activation::gelu_tanh> {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+    return T(0.5) * x * (T(1) + math::tanh(u));
+  }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T derivative(T x) {
+    const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+    const T th = math::tanh(u);
+    const T du = T(0.79788456080286535588) * (T(1) + T(3 * 0.044715) * x * x);
+    return T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * du;
+  }
+};
+
+template <>
+struct ActivationFn<Activation::silu> {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T sigmoid(T x) { return T(1) / (T(1) + math::exp(-x)); }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) { return x * sigmoid(x); }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T derivative(T x) {
+    const T s = sigmoid(x);
+    return s * (T(1) + x * (T(1) - s));
+  }
+};
+
+template <>
+struct ActivationFn<Activation::softplus> {
+  static constexpr double threshold = 20;  // PyTorch's default: linear above it
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    return x > T(threshold) ? x : math::log1p(math::exp(x));
+  }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T derivative(T x) {
+    return x > T(threshold) ? T(1) : T(1) / (T(1) + math::exp(-x));
+  }
+};
+
+namespace detail {
+template <Activation A, class T, class Space>
+struct ActivationForward {
+  Tensor<const T*, Space> x;
+  Tensor<T*, Space> y;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { y(i) = ActivationFn<A>::value(x(i)); }
+};
+template <Activation A, class T, class Space>
+struct ActivationBackward {
+  Tensor<const T*, Space> x, dy;
+  Tensor<T*, Space> dx;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    dx(i) += dy(i) * ActivationFn<A>::derivative(x(i));
+  }
+};
+}  // namespace detail
+
+/// y = f(x) elementwise over flat (n) views.
+template <Activation A, class T, class Space>
+void activation_forward(const Space& exec, TensorArg<const T*, Space> x, TensorArg<T*, Space> y) {
+  Kokkos::parallel_for("hybridseq::kernels::activation::forward",
+                       Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
+                       detail::ActivationForward<A, T, Space>{x, y});
+}
+
+/// dx += f'(x) · dy elementwise over flat (n) views.
+template <Activation A, class T, class Space>
+void activation_backward(const Space& exec, TensorArg<const T*, Space> x, TensorArg<const T*, Space> dy,
+                         TensorArg<T*, Space> dx) {
+  Kokkos::parallel_for("hybridseq::kernels::activation::backward",
+                       Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
+                       detail::ActivationBackward<A, T, Space>{x, dy, dx});
+}
+
+}  // namespace hybridseq::kernels

@@ -1,0 +1,143 @@
+#pragma once
+/// \file
+/// The GEMM facade: every matrix product in hybridseq goes through `gemm`.
+///
+///   C (M, N) = alpha · op(A) · op(B) + beta · C,   op(X) = X or Xᵀ
+///
+/// Host spaces call BLAS (OpenBLAS, when the build defines HYBRIDSEQ_WITH_BLAS) or Eigen's
+/// GEMM mapped over the Views without copies. The BLAS thread count follows the execution
+/// space: one thread on Serial, the instance's concurrency on OpenMP, so that "Serial" and
+/// "2 threads" measure what they say. Non-host spaces take a plain Kokkos kernel for now;
+/// this is the one place where cuBLAS or KokkosKernels would be plugged in.
+
+#include <cstdint>
+#include <type_traits>
+
+#include <Eigen/Core>
+
+#include "../core/check.hpp"
+#include "../core/spaces.hpp"
+
+#if defined(HYBRIDSEQ_WITH_BLAS)
+extern "C" {
+#include <cblas.h>
+// Declared here rather than relying on OpenBLAS' cblas.h, which not every cblas.h is.
+void openblas_set_num_threads(int);
+}
+#endif
+
+namespace hybridseq::kernels {
+
+enum class Op { none, transpose };
+
+/// A row-major matrix argument; rows may be padded (stride(0) ≥ extent(1)).
+template <class T, class Space>
+using MatrixIn = Kokkos::View<const T**, Kokkos::LayoutRight, typename Space::memory_space,
+                              Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+template <class T, class Space>
+using MatrixOut = Kokkos::View<T**, Kokkos::LayoutRight, typename Space::memory_space,
+                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+namespace detail {
+
+template <class Space>
+constexpr bool host_accessible =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible;
+
+#if defined(HYBRIDSEQ_WITH_BLAS)
+/// Sets OpenBLAS' thread count only when it changes (the call takes a lock inside OpenBLAS).
+inline void blas_threads(int n) {
+  static int current = -1;
+  if (n != current) {
+    openblas_set_num_threads(n);
+    current = n;
+  }
+}
+#endif
+
+template <class Space>
+int blas_threads_for(const Space& exec) {
+#if HYBRIDSEQ_HAS_OPENMP
+  if constexpr (std::is_same_v<Space, Kokkos::OpenMP>) return core::compat::concurrency(exec);
+#endif
+  (void)exec;
+  return 1;
+}
+
+template <class T, class Space>
+void gemm_host(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
+               T alpha, const MatrixIn<T, Space>& a, const MatrixIn<T, Space>& b, T beta,
+               const MatrixOut<T, Space>& c) {
+#if defined(HYBRIDSEQ_WITH_BLAS)
+  blas_threads(blas_threads_for(exec));
+  const auto ta = op_a == Op::none ? CblasNoTrans : CblasTrans;
+  const auto tb = op_b == Op::none ? CblasNoTrans : CblasTrans;
+  const auto lda = static_cast<int>(a.stride(0)), ldb = static_cast<int>(b.stride(0)),
+             ldc = static_cast<int>(c.stride(0));
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb,
+                beta, c.data(), ldc);
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb,
+                beta, c.data(), ldc);
+#else
+  (void)exec;
+  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Stride = Eigen::OuterStride<>;
+  Eigen::Map<const Mat, 0, Stride> ea(a.data(), a.extent(0), a.extent(1), Stride(a.stride(0)));
+  Eigen::Map<const Mat, 0, Stride> eb(b.data(), b.extent(0), b.extent(1), Stride(b.stride(0)));
+  Eigen::Map<Mat, 0, Stride> ec(c.data(), m, n, Stride(c.stride(0)));
+  if (beta == T(0)) ec.setZero();
+  else if (beta != T(1)) ec *= beta;
+  if (op_a == Op::none && op_b == Op::none) ec.noalias() += alpha * ea * eb;
+  else if (op_a == Op::none) ec.noalias() += alpha * ea * eb.transpose();
+  else if (op_b == Op::none) ec.noalias() += alpha * ea.transpose() * eb;
+  else ec.noalias() += alpha * ea.transpose() * eb.transpose();
+  (void)k;
+#endif
+}
+
+/// Device fallback: one thread per output element. Correct, not fast; cuBLAS goes here.
+template <class T, class Space>
+void gemm_device(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t n,
+                 std::int64_t k, T alpha, const MatrixIn<T, Space>& a, const MatrixIn<T, Space>& b,
+                 T beta, const MatrixOut<T, Space>& c) {
+  const bool ta = op_a == Op::transpose, tb = op_b == Op::transpose;
+  Kokkos::parallel_for(
+      "hybridseq::kernels::gemm[naive]",
+      Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>(exec, {0, 0}, {m, n}),
+      KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
+        T acc = 0;
+        for (std::int64_t p = 0; p < k; ++p) acc += (ta ? a(p, i) : a(i, p)) * (tb ? b(j, p) : b(p, j));
+        c(i, j) = alpha * acc + (beta == T(0) ? T(0) : beta * c(i, j));
+      });
+}
+
+}  // namespace detail
+
+/// C = alpha · op(A) · op(B) + beta · C. With beta = 0, C's prior contents are ignored
+/// (NaNs included). Throws shape_error when the inner or outer extents disagree.
+template <class Space, Scalar T>
+void gemm(const Space& exec, Op op_a, Op op_b, T alpha, std::type_identity_t<MatrixIn<T, Space>> a,
+          std::type_identity_t<MatrixIn<T, Space>> b, T beta,
+          std::type_identity_t<MatrixOut<T, Space>> c) {
+  const std::int64_t m = op_a == Op::none ? a.extent(0) : a.extent(1);
+  const std::int64_t k = op_a == Op::none ? a.extent(1) : a.extent(0);
+  const std::int64_t kb = op_b == Op::none ? b.extent(0) : b.extent(1);
+  const std::int64_t n = op_b == Op::none ? b.extent(1) : b.extent(0);
+  if (k != kb || static_cast<std::int64_t>(c.extent(0)) != m ||
+      static_cast<std::int64_t>(c.extent(1)) != n)
+    fail<shape_error>("hybridseq::kernels::gemm", "op(A) is (", m, ",", k, "), op(B) is (", kb, ",",
+                      n, "), C is (", c.extent(0), ",", c.extent(1), ")");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // BLAS leaves C untouched for k = 0 only when beta = 1; make it exact.
+    detail::gemm_device<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c);
+    return;
+  }
+  if constexpr (detail::host_accessible<Space>)
+    detail::gemm_host<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c);
+  else
+    detail::gemm_device<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c);
+}
+
+}  // namespace hybridseq::kernels

@@ -1,0 +1,95 @@
+#pragma once
+/// \file
+/// Linear: y = x Wᵀ + b, W (out, in) as in PyTorch.
+
+#include <string_view>
+
+#include "../core/check.hpp"
+#include "../core/parameter.hpp"
+#include "../core/workspace.hpp"
+#include "../kernels/bias.hpp"
+#include "../kernels/gemm.hpp"
+
+namespace hybridseq::layers {
+
+/// Compile-time shape of a Linear layer.
+struct LinearShape {
+  int in;
+  int out;
+  bool bias = true;
+};
+
+/// y (B, T, out) = x (B, T, in) · Wᵀ + b.
+///
+/// Requires: x contiguous with last extent `in`; y (B, T, out).
+/// Backward accumulates dx += dy·W, dW += dyᵀ·x, db += Σ dy.
+template <LinearShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class Linear {
+  static_assert(S.in > 0 && S.out > 0, "hybridseq::layers::Linear: widths must be positive");
+
+ public:
+  using scalar_type = T;
+  using execution_space = Space;
+  static constexpr int d_in = S.in;
+  static constexpr int d_out = S.out;
+  static constexpr LinearShape shape = S;
+
+  struct Options {
+    double init_std = 0.02;  // weights ~ N(0, init_std²); biases start at zero
+  };
+  struct Saved {
+    Tensor<const T***, Space> x;  // (B, T, in)
+  };
+
+  explicit Linear(const Options& options = {})
+      : weight_({S.out, S.in}, core::Role::weight, core::Init::normal(options.init_std)),
+        bias_({S.bias ? S.out : 0}, core::Role::bias, core::Init::zeros()) {}
+
+  void forward(core::Workspace<Space>&, Tensor<const T***, Space> x, Tensor<T***, Space> y,
+               Saved& saved) const {
+    check(x, y, "forward", "y");
+    saved.x = x;
+    const Space exec{};
+    const T beta = S.bias ? T(1) : T(0);
+    if constexpr (S.bias) kernels::broadcast_rows<T>(exec, bias_.value(), core::as_matrix(y));
+    kernels::gemm(exec, kernels::Op::none, kernels::Op::transpose, T(1), core::as_matrix(x),
+                  weight_.template shaped<T**>(), beta, core::as_matrix(y));
+  }
+
+  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy,
+                Tensor<T***, Space> dx) {
+    check(dx, dy, "backward", "dy");
+    const Space exec{};
+    const auto x = core::as_matrix(saved.x);
+    const auto g = core::as_matrix(dy);
+    kernels::gemm(exec, kernels::Op::none, kernels::Op::none, T(1), g, weight_.template shaped<T**>(),
+                  T(1), core::as_matrix(dx));
+    kernels::gemm(exec, kernels::Op::transpose, kernels::Op::none, T(1), g, x, T(1),
+                  weight_.template shaped_grad<T**>());
+    if constexpr (S.bias) kernels::accumulate_column_sums<T>(exec, g, bias_.grad());
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit("weight", weight_);
+    if constexpr (S.bias) visit("bias", bias_);
+  }
+
+  const core::Parameter<T, Space>& weight() const { return weight_; }
+
+  /// Flops of one forward over `rows` = B·T rows (bias adds not counted).
+  static constexpr double forward_flops(double rows) { return 2.0 * rows * S.in * S.out; }
+
+ private:
+  template <class X, class Y>
+  static void check(const X& x, const Y& y, const char* op, const char* yname) {
+    const std::string api = std::string("hybridseq::layers::Linear::") + op;
+    core::check_shape(api, "x", x, core::B, core::T, core::dim(S.in));
+    core::check_shape(api, yname, y, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(S.out));
+  }
+
+  core::Parameter<T, Space> weight_;  // (out, in)
+  core::Parameter<T, Space> bias_;    // (out), or empty when S.bias is false
+};
+
+}  // namespace hybridseq::layers

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs hybridseq's build and test dependencies from Debian's archive when missing.
+# Idempotent: packages already present are not touched, and apt-get runs only if needed.
+set -euo pipefail
+
+packages=(
+  cmake g++ make
+  libeigen3-dev          # Eigen 3.4: host GEMM fallback and small dense maths
+  libboost-dev           # Boost.Hana, Boost.Mp11, Boost.PropertyTree (safetensors header)
+  catch2                 # Catch2 v2.13 unit tests
+  libbenchmark-dev       # Google Benchmark: hybridseq-bench
+  libopenblas-dev        # the host GEMM backend
+  libcli11-dev           # command-line parsing for examples and tools
+  dpkg-dev               # apt-get source needs dpkg-source to exist
+  xz-utils
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "hybridseq: installing ${missing[*]}"
+  sudo_cmd=""
+  [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

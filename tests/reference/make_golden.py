@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Generate the golden safetensors files the C++ layer tests compare against.
+
+Regenerate (from the repository root):
+
+    pip install torch safetensors numpy
+    python3 tests/reference/make_golden.py [--out tests/golden]
+
+Every case uses its own fixed seed (torch.Generator), so reruns produce
+byte-identical files.  Inputs/params/grad_output are drawn in float64 and then
+rounded to float32 (the values that are stored); forward and backward are run
+in float64 with autograd on exactly those rounded values, and the results are
+stored as F32 (integer ids/targets as I64).  See tests/reference/README.md for
+the tensor naming convention.
+
+The script also calls ``golden_io.write_io_goldens(out)`` (I/O goldens, written
+by a separate module) and, when ``<out>/io_cpp_written.safetensors`` exists,
+``golden_io.check_cpp_written(path)``; if golden_io is not available a note is
+printed and the layer goldens are still written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import sys
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+import safetensors.torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import layers  # noqa: E402
+
+GENERATOR = "tests/reference/make_golden.py"
+F64 = torch.float64
+
+
+# --------------------------------------------------------------------------
+# Random helpers (all draws go through the per-case generator)
+# --------------------------------------------------------------------------
+
+def f32_round(t: torch.Tensor) -> torch.Tensor:
+    """Round a float64 tensor to float32 precision (kept as float64)."""
+    return t.to(torch.float32).to(F64)
+
+
+def randn(g: torch.Generator, *shape, std: float = 1.0, mean: float = 0.0) -> torch.Tensor:
+    return f32_round(mean + std * torch.randn(*shape, generator=g, dtype=F64))
+
+
+def weight(g, *shape):
+    return randn(g, *shape, std=0.5)
+
+
+def bias(g, n):
+    return randn(g, n, std=0.1)
+
+
+def gain(g, n):
+    return randn(g, n, std=0.1, mean=1.0)
+
+
+# --------------------------------------------------------------------------
+# Case builders: each returns (config, input, params, targets)
+# --------------------------------------------------------------------------
+
+Build = Tuple[dict, torch.Tensor, Dict[str, torch.Tensor], Optional[torch.Tensor]]
+
+
+def build_linear_bias(g) -> Build:
+    shape, fin, fout = (2, 3, 5), 5, 7
+    x = randn(g, *shape)
+    p = {"weight": weight(g, fout, fin), "bias": bias(g, fout)}
+    cfg = {"input_shape": list(shape), "in_features": fin, "out_features": fout, "bias": True}
+    return cfg, x, p, None
+
+
+def build_linear_nobias(g) -> Build:
+    shape, fin, fout = (2, 3, 8), 8, 3
+    x = randn(g, *shape)
+    p = {"weight": weight(g, fout, fin)}
+    cfg = {"input_shape": list(shape), "in_features": fin, "out_features": fout, "bias": False}
+    return cfg, x, p, None
+
+
+def build_rmsnorm(g) -> Build:
+    shape, d, eps = (2, 3, 6), 6, 1e-6
+    x = randn(g, *shape)
+    p = {"weight": gain(g, d)}
+    return {"input_shape": list(shape), "dim": d, "eps": eps}, x, p, None
+
+
+def build_layernorm(g) -> Build:
+    shape, d, eps = (2, 3, 6), 6, 1e-5
+    x = randn(g, *shape)
+    p = {"weight": gain(g, d), "bias": bias(g, d)}
+    return {"input_shape": list(shape), "dim": d, "eps": eps}, x, p, None
+
+
+def _rope(shape, fraction, base, offset):
+    def build(g) -> Build:
+        B, T, H, Dh = shape
+        x = randn(g, *shape)
+        r = layers.rope_rotary_dim(Dh, fraction)
+        cfg = {"input_shape": list(shape), "layout": "BTHD", "head_dim": Dh,
+               "num_heads": H, "fraction": float(fraction), "rotary_dim": r,
+               "base": float(base), "position_offset": offset,
+               "convention": "rotate_half"}
+        return cfg, x, {}, None
+    return build
+
+
+def _activation(kind):
+    def build(g) -> Build:
+        shape = (2, 3, 5)
+        x = randn(g, *shape, std=3.0)
+        flat = x.view(-1)
+        special = [-25.0, -6.0, 0.0, 6.0, 25.0]
+        positions = [0, 7, 14, 21, 28]
+        for pos, v in zip(positions, special):
+            flat[pos] = v
+        cfg = {"input_shape": list(shape), "activation": kind,
+               "special_values": special, "special_flat_positions": positions}
+        if kind == "gelu":
+            cfg["approximate"] = "none"
+        elif kind == "gelu_tanh":
+            cfg["approximate"] = "tanh"
+        elif kind == "softplus":
+            cfg["beta"] = 1.0
+            cfg["threshold"] = 20.0
+        return cfg, x, {}, None
+    return build
+
+
+def _mlp_params(g, prefix, d, hidden):
+    return {
+        prefix + "fc1.weight": weight(g, hidden, d),
+        prefix + "fc1.bias": bias(g, hidden),
+        prefix + "fc2.weight": weight(g, d, hidden),
+        prefix + "fc2.bias": bias(g, d),
+    }
+
+
+def build_ffn_gelu(g) -> Build:
+    shape, d, hidden = (2, 3, 6), 6, 10
+    x = randn(g, *shape)
+    p = _mlp_params(g, "", d, hidden)
+    cfg = {"input_shape": list(shape), "dim": d, "hidden": hidden,
+           "activation": "gelu", "approximate": "none", "bias": True}
+    return cfg, x, p, None
+
+
+def build_ffn_swiglu(g) -> Build:
+    shape, d, hidden = (2, 3, 6), 6, 8
+    x = randn(g, *shape)
+    p = {"gate.weight": weight(g, hidden, d), "up.weight": weight(g, hidden, d),
+         "down.weight": weight(g, d, hidden)}
+    cfg = {"input_shape": list(shape), "dim": d, "hidden": hidden,
+           "activation": "silu", "bias": False}
+    return cfg, x, p, None
+
+
+def build_dual_ffn(g) -> Build:
+    shape, d, hp, ha = (2, 3, 6), 6, 12, 4
+    x = randn(g, *shape)
+    p = {}
+    p.update(_mlp_params(g, "primary.", d, hp))
+    p.update(_mlp_params(g, "auxiliary.", d, ha))
+    cfg = {"input_shape": list(shape), "dim": d, "primary_hidden": hp,
+           "auxiliary_hidden": ha, "activation": "gelu", "approximate": "none",
+           "bias": True}
+    return cfg, x, p, None
+
+
+def build_embedding(g) -> Build:
+    shape, vocab, d = (2, 5), 11, 4
+    ids = torch.randint(0, vocab, shape, generator=g, dtype=torch.int64)
+    # Force repeated ids so gradient accumulation is exercised.
+    ids[0, 3] = ids[0, 0]
+    ids[1, 2] = ids[0, 0]
+    ids[1, 4] = ids[0, 1]
+    p = {"weight": randn(g, vocab, d, std=1.0)}
+    cfg = {"input_shape": list(shape), "num_embeddings": vocab, "embedding_dim": d}
+    return cfg, ids, p, None
+
+
+def build_lm_head_ce(g) -> Build:
+    shape, d, vocab, ignore = (2, 4, 6), 6, 13, -100
+    x = randn(g, *shape)
+    p = {"weight": weight(g, vocab, d)}
+    t = torch.randint(0, vocab, shape[:2], generator=g, dtype=torch.int64)
+    t[0, 1] = ignore
+    t[1, 3] = ignore
+    cfg = {"input_shape": list(shape), "dim": d, "vocab": vocab,
+           "ignore_index": ignore, "reduction": "mean", "bias": False}
+    return cfg, x, p, t
+
+
+# (name, seed, builder)
+CASES: List[Tuple[str, int, Callable]] = [
+    ("linear_bias", 1001, build_linear_bias),
+    ("linear_nobias", 1002, build_linear_nobias),
+    ("rmsnorm", 1003, build_rmsnorm),
+    ("layernorm", 1004, build_layernorm),
+    ("rope_full", 1005, _rope((2, 5, 3, 8), 1.0, 10000, 0)),
+    ("rope_partial", 1006, _rope((2, 5, 2, 16), 0.25, 500, 3)),
+    ("gelu", 1007, _activation("gelu")),
+    ("gelu_tanh", 1008, _activation("gelu_tanh")),
+    ("silu", 1009, _activation("silu")),
+    ("softplus", 1010, _activation("softplus")),
+    ("ffn_gelu", 1011, build_ffn_gelu),
+    ("ffn_swiglu", 1012, build_ffn_swiglu),
+    ("dual_ffn", 1013, build_dual_ffn),
+    ("embedding", 1014, build_embedding),
+    ("lm_head_ce", 1015, build_lm_head_ce),
+]
+
+
+# --------------------------------------------------------------------------
+# Deterministic safetensors writing
+# --------------------------------------------------------------------------
+
+def canonical_safetensors_bytes(tensors: Dict[str, torch.Tensor], metadata: Dict[str, str]) -> bytes:
+    """Serialize with safetensors, then rewrite the JSON header with the
+    ``__metadata__`` keys sorted.
+
+    safetensors keeps metadata in a Rust HashMap, so its key order (and thus
+    the file bytes) varies from run to run.  The tensor data layout is left
+    exactly as the library produced it; only the header is normalized
+    (compact JSON, space-padded to a multiple of 8 bytes like the library).
+    """
+    raw = safetensors.torch.save(tensors, metadata=metadata)
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    data = raw[8 + n:]
+    canon = {"__metadata__": dict(sorted(header.pop("__metadata__").items()))}
+    canon.update(header)  # tensor entries keep the library's order
+    hb = json.dumps(canon, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    hb += b" " * ((-len(hb)) % 8)
+    return struct.pack("<Q", len(hb)) + hb + data
+
+
+def build_case(name: str, seed: int, builder: Callable) -> Tuple[Dict[str, torch.Tensor], dict]:
+    g = torch.Generator().manual_seed(seed)
+    cfg, x, params, targets = builder(g)
+    cfg = dict(cfg, seed=seed)
+    # Scalar-loss case: upstream gradient is 1 (no grad_output stored).
+    if name == "lm_head_ce":
+        grad_output = None
+    else:
+        out_shape = layers.forward_case(name, cfg, x, params, targets)["output"].shape
+        grad_output = randn(g, *out_shape)
+    res = layers.forward_backward(layers.forward_case, name, cfg, x, params, grad_output, targets)
+
+    def f32(t):
+        return t.detach().to(torch.float32).contiguous()
+
+    tensors: Dict[str, torch.Tensor] = {}
+    tensors["input"] = x.contiguous() if not x.is_floating_point() else f32(x)
+    if targets is not None:
+        tensors["targets"] = targets.to(torch.int64).contiguous()
+    for k, v in params.items():
+        tensors["params/" + k] = f32(v)
+    if grad_output is not None:
+        tensors["grad_output"] = f32(grad_output)
+    for k, v in res.items():
+        tensors[k] = f32(v)
+    return tensors, cfg
+
+
+def write_case(outdir: str, name: str, seed: int, builder: Callable) -> str:
+    tensors, cfg = build_case(name, seed, builder)
+    metadata = {
+        "case": name,
+        "generator": GENERATOR,
+        "torch": torch.__version__,
+        "config": json.dumps(cfg, sort_keys=True),
+    }
+    path = os.path.join(outdir, name + ".safetensors")
+    blob = canonical_safetensors_bytes(tensors, metadata)
+    with open(path, "wb") as f:
+        f.write(blob)
+    # Sanity: the library must read back exactly what we meant to store.
+    back = safetensors.torch.load_file(path)
+    assert set(back) == set(tensors)
+    for k in tensors:
+        assert back[k].dtype == tensors[k].dtype and torch.equal(back[k], tensors[k]), k
+    desc = " ".join(f"{k}{list(v.shape)}" for k, v in sorted(tensors.items()))
+    print(f"{name}.safetensors: {len(blob)} B, {len(tensors)} tensors: {desc}")
+    return path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.path.join("tests", "golden"),
+                    help="output directory (default: tests/golden)")
+    args = ap.parse_args(argv)
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    torch.set_num_threads(1)  # keep float64 reductions order-stable
+
+    for name, seed, builder in CASES:
+        write_case(out, name, seed, builder)
+
+    try:
+        import golden_io  # written separately: tests/reference/golden_io.py
+    except ModuleNotFoundError as e:
+        if e.name != "golden_io":
+            raise
+        print("note: tests/reference/golden_io.py not found; skipping I/O goldens")
+        return 0
+    golden_io.write_io_goldens(out)
+    cpp_path = os.path.join(out, "io_cpp_written.safetensors")
+    if os.path.exists(cpp_path):
+        golden_io.check_cpp_written(cpp_path)
+    else:
+        print(f"note: {cpp_path} not present; skipping check_cpp_written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
