@@ -78,11 +78,13 @@ def write_io_goldens(outdir: str) -> str:
     arrays = {}  # keeps the buffers alive while serialize_file reads them through data_ptr
     specs = {}
     for name, (dtype, array) in expected_content().items():
-        array = np.array(array, order="C", copy=True)  # (ascontiguousarray would make 0-d 1-d)
+        # A C-contiguous copy; not np.ascontiguousarray, which turns a 0-d array into 1-d.
+        array = np.array(array, order="C", copy=True)
         arrays[name] = array
         specs[name] = TensorSpec(dtype=_SPEC_DTYPE[dtype], shape=array.shape,
                                  data_ptr=array.ctypes.data, data_len=array.nbytes)
     serialize_file(specs, path, metadata=dict(METADATA))
+    os.chmod(path, 0o644)  # the library creates the file owner-only; goldens are plain files
     print(f"wrote {path}")
     return path
 

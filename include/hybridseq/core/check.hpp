@@ -69,7 +69,7 @@ void check_shape(std::string_view api, std::string_view name, const View& v, Dim
 template <class ViewA, class ViewB>
 void check_same_shape(std::string_view api, std::string_view name_a, const ViewA& a,
                       std::string_view name_b, const ViewB& b) {
-  bool same = ViewA::rank == ViewB::rank;
+  bool same = unsigned(ViewA::rank) == unsigned(ViewB::rank);
   for (unsigned r = 0; same && r < ViewA::rank; ++r) same = a.extent(r) == b.extent(r);
   if (!same)
     fail<shape_error>(api, name_a, " is ", detail::extents_of(a), " but ", name_b, " is ",
@@ -101,8 +101,8 @@ void check_finite(std::string_view api, std::string_view name, const View& v) {
       },
       Kokkos::Min<std::int64_t>(first));
   if (first < static_cast<std::int64_t>(flat.extent(0))) {
-    typename View::value_type bad{};
-    Kokkos::deep_copy(Kokkos::View<typename View::value_type, Kokkos::HostSpace>(&bad),
+    typename View::non_const_value_type bad{};
+    Kokkos::deep_copy(Kokkos::View<typename View::non_const_value_type, Kokkos::HostSpace>(&bad),
                       Kokkos::subview(flat, first));
     fail<value_error>(api, name, " ", detail::extents_of(v), " has a non-finite value ", bad,
                       " at flat index ", first);

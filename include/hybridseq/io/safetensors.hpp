@@ -13,8 +13,6 @@
 /// refuses anything else with an io_error naming the file and the offending values.
 /// Supported dtypes: F32, F64, F16, BF16, I32, I64. Host-only code.
 
-#include <hybridseq/core/error.hpp>
-
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -38,6 +36,8 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "../core/error.hpp"
 
 // Boost.PropertyTree's JSON parser pulls in <boost/bind.hpp>, which declares the Bind
 // placeholders globally (the parser relies on that) and prints a deprecation #pragma message
@@ -162,7 +162,8 @@ constexpr std::uint16_t float_to_half(float f) noexcept {
     std::uint32_t q = significand >> shift;
     const std::uint32_t rem = significand & ((1u << shift) - 1u);
     const std::uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (q & 1u))) ++q;  // may carry into the smallest normal: correct
+    // Rounding up may carry into 0x400, the smallest normal: that is the correct encoding.
+    if (rem > halfway || (rem == halfway && (q & 1u))) ++q;
     return static_cast<std::uint16_t>(sign | q);
   }
   // Normal: rebias 127 -> 15, keep the top 10 mantissa bits, round on the 13 dropped ones.
@@ -264,10 +265,15 @@ inline std::string_view kind_name(JsonKind k) {
 
 /// A parsed JSON value with its kind. Object members keep document order and duplicates
 /// (so that duplicate keys can be detected and refused); array elements have empty keys.
+struct JsonMember;
 struct JsonValue {
   JsonKind kind = JsonKind::null;
   std::string text;  ///< string contents, or the literal text of a number/boolean/null
-  std::vector<std::pair<std::string, JsonValue>> members;
+  std::vector<JsonMember> members;
+};
+struct JsonMember {
+  std::string key;  ///< empty for array elements
+  JsonValue value;
 };
 
 namespace bpt = boost::property_tree;
@@ -327,8 +333,8 @@ inline bool attach_kinds(const bpt::ptree& node, const std::vector<JsonKind>& ki
   if (!container && !node.empty()) return false;
   out.members.reserve(node.size());
   for (const auto& [key, child] : node) {
-    out.members.emplace_back(key, JsonValue{});
-    if (!attach_kinds(child, kinds, next, out.members.back().second)) return false;
+    out.members.push_back(JsonMember{key, JsonValue{}});
+    if (!attach_kinds(child, kinds, next, out.members.back().value)) return false;
   }
   return true;
 }
@@ -477,7 +483,7 @@ struct TensorInfo {
 /// A validated safetensors file, read whole into memory.
 ///
 ///   auto f = hybridseq::io::SafetensorsFile::open("model.safetensors");
-///   std::vector<float> w = f.read<float>("layer0.weight", std::vector<std::int64_t>{128, 96});
+///   std::vector<float> w = f.read<float>("layer0.weight", {128, 96});  // checks the shape
 class SafetensorsFile {
  public:
   /// Reads and validates the whole file. Throws io_error (message starting
@@ -501,7 +507,7 @@ class SafetensorsFile {
 
   /// The elements of tensor `name` (row-major), converted to `T`:
   ///  - float dtypes (F32, F64, F16, BF16) read as float or double: F16/BF16/F32 widen exactly,
-  ///    F64 -> float rounds to nearest;
+  ///    F64 -> float rounds to nearest (magnitudes beyond float's range become ±inf);
   ///  - integer dtypes (I32, I64) read as int32 or int64; narrowing that would change a value
   ///    is an io_error naming the element.
   /// Reading a float dtype as an integer type or vice versa is an io_error.
@@ -527,8 +533,8 @@ class SafetensorsFile {
   template <detail::SafetensorsElement T>
   std::vector<T> read(std::string_view name,
                       std::initializer_list<std::int64_t> expected_shape) const {
-    return read<T>(name, std::span<const std::int64_t>(expected_shape.begin(),
-                                                       expected_shape.size()));
+    return read<T>(name,
+                   std::span<const std::int64_t>(expected_shape.begin(), expected_shape.size()));
   }
 
   /// The path the file was opened from.
@@ -574,8 +580,8 @@ class SafetensorsFile {
   void check_tiling(std::size_t data_size) const;
 
   std::filesystem::path path_;
-  std::vector<char> bytes_;       // the whole file
-  std::size_t data_offset_ = 0;   // 8 + header length: where offsets are measured from
+  std::vector<char> bytes_;      // the whole file
+  std::size_t data_offset_ = 0;  // 8 + header length: where offsets are measured from
   std::map<std::string, std::string> metadata_;
   std::vector<TensorInfo> tensors_;
 };
@@ -589,13 +595,23 @@ inline SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) 
   SafetensorsFile f;
   f.path_ = path;
 
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  // Checked up front: an ifstream happily "opens" a directory and then reports a bogus size.
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    f.fail_file("cannot open the file for reading: ", ec ? ec.message() : "it does not exist");
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    f.fail_file("cannot open the file for reading: it is not a regular file");
+  }
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) f.fail_file("cannot determine the file size: ", ec.message());
+  std::ifstream in(path, std::ios::binary);
   if (!in) f.fail_file("cannot open the file for reading");
-  const std::streamoff size = in.tellg();
-  if (size < 0) f.fail_file("cannot determine the file size");
   f.bytes_.resize(static_cast<std::size_t>(size));
-  in.seekg(0);
-  if (!in.read(f.bytes_.data(), size)) f.fail_file("reading ", size, " bytes failed");
+  if (!in.read(f.bytes_.data(), static_cast<std::streamsize>(size))) {
+    f.fail_file("reading ", size, " bytes failed (the file changed while being read?)");
+  }
   const std::size_t file_size = f.bytes_.size();
 
   if (file_size < 8) {
@@ -701,7 +717,7 @@ inline void SafetensorsFile::parse_tensor(const std::string& name, const detail:
   }
   if (!dtype || !shape || !offsets) {
     fail_file("tensor \"", name, "\": missing field \"",
-              !dtype ? "dtype" : !shape ? "shape" : "data_offsets", "\"");
+              !dtype ? "dtype" : (!shape ? "shape" : "data_offsets"), "\"");
   }
 
   TensorInfo t;
@@ -720,7 +736,7 @@ inline void SafetensorsFile::parse_tensor(const std::string& name, const detail:
               detail::kind_name(shape->kind));
   }
   for (std::size_t i = 0; i < shape->members.size(); ++i) {
-    const detail::JsonValue& e = shape->members[i].second;
+    const detail::JsonValue& e = shape->members[i].value;
     const auto extent = detail::parse_unsigned_json_integer<std::int64_t>(e);
     if (!extent) {
       fail_file("tensor \"", name, "\": shape entry ", i, " is ", detail::describe(e),
@@ -735,12 +751,11 @@ inline void SafetensorsFile::parse_tensor(const std::string& name, const detail:
                   ? ", but it has " + std::to_string(offsets->members.size()) + " entries"
                   : ", but it is " + std::string(detail::kind_name(offsets->kind)));
   }
-  const auto begin = detail::parse_unsigned_json_integer<std::size_t>(offsets->members[0].second);
-  const auto end = detail::parse_unsigned_json_integer<std::size_t>(offsets->members[1].second);
+  const auto begin = detail::parse_unsigned_json_integer<std::size_t>(offsets->members[0].value);
+  const auto end = detail::parse_unsigned_json_integer<std::size_t>(offsets->members[1].value);
   if (!begin || !end) {
-    fail_file("tensor \"", name, "\": data_offsets [",
-              detail::describe(offsets->members[0].second), ",",
-              detail::describe(offsets->members[1].second),
+    fail_file("tensor \"", name, "\": data_offsets [", detail::describe(offsets->members[0].value),
+              ",", detail::describe(offsets->members[1].value),
               "] are not two non-negative integers");
   }
   if (*begin > *end) {
@@ -752,16 +767,17 @@ inline void SafetensorsFile::parse_tensor(const std::string& name, const detail:
 
   const std::optional<std::int64_t> numel = detail::checked_numel(t.shape);
   const std::size_t elem = dtype_size(t.dtype);
-  if (!numel || static_cast<std::uint64_t>(*numel) > std::numeric_limits<std::size_t>::max() / elem) {
+  if (!numel ||
+      static_cast<std::uint64_t>(*numel) > std::numeric_limits<std::size_t>::max() / elem) {
     fail_file("tensor \"", name, "\": shape ", detail::format_shape(t.shape),
               " has too many elements");
   }
   const std::size_t expected_bytes = static_cast<std::size_t>(*numel) * elem;
   if (t.end - t.begin != expected_bytes) {
     fail_file("tensor \"", name, "\": data_offsets [", t.begin, ",", t.end, "] span ",
-              t.end - t.begin, " bytes, which does not match shape ",
-              detail::format_shape(t.shape), " x ", to_string(t.dtype), " (", *numel, " x ", elem,
-              " = ", expected_bytes, " bytes)");
+              t.end - t.begin, " bytes, which does not match shape ", detail::format_shape(t.shape),
+              " x ", to_string(t.dtype), " (", *numel, " x ", elem, " = ", expected_bytes,
+              " bytes)");
   }
   tensors_.push_back(std::move(t));
 }
@@ -961,7 +977,8 @@ class SafetensorsWriter {
     std::string out;
     out.reserve(8 + header.size() + offset);
     const auto header_len = static_cast<std::uint64_t>(header.size());
-    out.append(reinterpret_cast<const char*>(&header_len), sizeof(header_len));  // little-endian host
+    // The length prefix is a little-endian u64, which is the host's own layout.
+    out.append(reinterpret_cast<const char*>(&header_len), sizeof(header_len));
     out += header;
     for (const auto& [name, entry] : tensors_) out.append(entry.bytes.begin(), entry.bytes.end());
     return out;
@@ -998,9 +1015,8 @@ class SafetensorsWriter {
                         " has a negative extent or too many elements");
     }
     if (static_cast<std::uint64_t>(*numel) != size) {
-      fail<shape_error>(api, "tensor \"", name, "\": ", size,
-                        " elements given for shape ", detail::format_shape(shape), " (",
-                        *numel, " elements)");
+      fail<shape_error>(api, "tensor \"", name, "\": ", size, " elements given for shape ",
+                        detail::format_shape(shape), " (", *numel, " elements)");
     }
   }
 

@@ -1,0 +1,83 @@
+#pragma once
+/// \file
+/// Rotary position embedding (Su et al. 2021), GPT-NeoX / Llama "rotate-half" pairing:
+/// within the first r (rotary) dims of each head, dim i pairs with dim i + r/2, rotated by
+/// θ_i = p · base^(−2i/r) at position p; dims ≥ r pass through (partial rotary).
+
+#include <cstdint>
+
+#include "../core/spaces.hpp"
+
+namespace hybridseq::kernels {
+
+namespace detail {
+// Angles in double: at p ~ 10⁴ a float angle would lose ~1e-3 rad.
+template <class T, class Space>
+struct RopeTable {
+  Tensor<T**, Space> cos, sin;  // (T, r/2)
+  double log_base;
+  std::int64_t offset;
+  int rotary;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t t, const std::int64_t i) const {
+    const double inv_freq = math::exp(-log_base * (2.0 * double(i) / double(rotary)));
+    const double angle = double(t + offset) * inv_freq;
+    cos(t, i) = T(math::cos(angle));
+    sin(t, i) = T(math::sin(angle));
+  }
+};
+
+// sign = +1 rotates by +θ (forward), −1 by −θ (backward, the transpose). Out may alias in
+// only in forward's non-accumulating mode; backward accumulates into out.
+template <class T, class Space, bool Accumulate>
+struct RopeApply {
+  Tensor<const T****, Space> in;  // (B, T, H, Dh)
+  Tensor<T****, Space> out;       // (B, T, H, Dh)
+  Tensor<const T**, Space> cos, sin;
+  int rotary;
+  T sign;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t b, const std::int64_t t, const std::int64_t h) const {
+    const int half = rotary / 2;
+    for (int i = 0; i < half; ++i) {
+      const T c = cos(t, i), s = sign * sin(t, i);
+      const T x1 = in(b, t, h, i), x2 = in(b, t, h, i + half);
+      const T y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+      if constexpr (Accumulate) {
+        out(b, t, h, i) += y1;
+        out(b, t, h, i + half) += y2;
+      } else {
+        out(b, t, h, i) = y1;
+        out(b, t, h, i + half) = y2;
+      }
+    }
+    for (int j = rotary; j < int(in.extent(3)); ++j) {
+      if constexpr (Accumulate) out(b, t, h, j) += in(b, t, h, j);
+      else out(b, t, h, j) = in(b, t, h, j);
+    }
+  }
+};
+}  // namespace detail
+
+/// Fills cos/sin tables (T, r/2) for positions offset .. offset + T − 1.
+template <class T, class Space>
+void rope_table(const Space& exec, double base, std::int64_t offset, int rotary, TensorArg<T**, Space> cos,
+                TensorArg<T**, Space> sin) {
+  if (cos.extent(0) == 0 || cos.extent(1) == 0) return;
+  Kokkos::parallel_for(
+      "hybridseq::kernels::rope::table",
+      Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>(exec, {0, 0}, {std::int64_t(cos.extent(0)), std::int64_t(cos.extent(1))}),
+      detail::RopeTable<T, Space>{cos, sin, std::log(base), offset, rotary});
+}
+
+/// out = R(θ) in  (forward), or out += R(−θ) in  (backward: R is orthogonal).
+template <class T, bool Accumulate, class Space>
+void rope_apply(const Space& exec, TensorArg<const T****, Space> in, TensorArg<T****, Space> out,
+                TensorArg<const T**, Space> cos, TensorArg<const T**, Space> sin, int rotary, bool inverse) {
+  if (in.size() == 0) return;
+  Kokkos::parallel_for(
+      "hybridseq::kernels::rope::apply",
+      Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
+          exec, {0, 0, 0}, {std::int64_t(in.extent(0)), std::int64_t(in.extent(1)), std::int64_t(in.extent(2))}),
+      detail::RopeApply<T, Space, Accumulate>{in, out, cos, sin, rotary, inverse ? T(-1) : T(1)});
+}
+
+}  // namespace hybridseq::kernels

@@ -1,0 +1,12 @@
+#pragma once
+/// \file
+/// Umbrella for hybridseq::layers: the primitive layers.
+
+#include "layers/activation.hpp"
+#include "layers/embedding.hpp"
+#include "layers/ffn.hpp"
+#include "layers/layer_norm.hpp"
+#include "layers/linear.hpp"
+#include "layers/lm_head_loss.hpp"
+#include "layers/rms_norm.hpp"
+#include "layers/rope.hpp"

@@ -1,0 +1,113 @@
+#pragma once
+/// \file
+/// Token embedding: y(b, t, :) = W(id(b, t), :).
+
+#include <cstdint>
+#include <string>
+
+#include "../core/check.hpp"
+#include "../core/parameter.hpp"
+#include "../core/workspace.hpp"
+
+namespace hybridseq::layers {
+
+struct EmbeddingShape {
+  int vocab;
+  int dim;
+};
+
+namespace detail {
+template <class T, class Space>
+struct EmbeddingGather {
+  TokenIds<Space> ids;            // (B, T)
+  Tensor<const T**, Space> table; // (V, D)
+  Tensor<T***, Space> y;          // (B, T, D)
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t b, const std::int64_t t) const {
+    const std::int32_t id = ids(b, t);
+    for (std::int64_t j = 0; j < std::int64_t(table.extent(1)); ++j) y(b, t, j) = table(id, j);
+  }
+};
+// One thread per embedding column, tokens in order: repeated ids accumulate without atomics
+// and in a fixed order, so gradients are bit-identical at any thread count.
+template <class T, class Space>
+struct EmbeddingScatter {
+  TokenIds<Space> ids;
+  Tensor<const T***, Space> dy;
+  Tensor<T**, Space> dtable;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
+    for (std::int64_t b = 0; b < std::int64_t(ids.extent(0)); ++b)
+      for (std::int64_t t = 0; t < std::int64_t(ids.extent(1)); ++t) dtable(ids(b, t), j) += dy(b, t, j);
+  }
+};
+}  // namespace detail
+
+/// Throws value_error naming the first id outside [0, vocab) and its (b, t) position.
+template <class Space>
+void check_token_ids(std::string_view api, TokenIds<Space> ids, std::int64_t vocab) {
+  const std::int64_t n = ids.extent(0) * ids.extent(1), cols = ids.extent(1);
+  std::int64_t first = n;
+  Kokkos::parallel_reduce(
+      "hybridseq::layers::check_token_ids", Kokkos::RangePolicy<Space>(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
+        const std::int32_t id = ids(i / cols, i % cols);
+        if ((id < 0 || id >= vocab) && i < m) m = i;
+      },
+      Kokkos::Min<std::int64_t>(first));
+  if (first < n) {
+    auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, ids);
+    fail<value_error>(api, "token id ", host(first / cols, first % cols), " at (b=", first / cols,
+                      ", t=", first % cols, ") is outside [0, ", vocab, ")");
+  }
+}
+
+/// y (B, T, D) = W[ids (B, T)]. Ids are validated against the vocabulary on every call.
+template <EmbeddingShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class Embedding {
+  static_assert(S.vocab > 0 && S.dim > 0, "hybridseq::layers::Embedding: vocab and dim must be positive");
+
+ public:
+  using scalar_type = T;
+  using execution_space = Space;
+  static constexpr int vocab = S.vocab;
+  static constexpr int d_out = S.dim;
+
+  struct Options {
+    double init_std = 1.0;  // PyTorch's nn.Embedding default
+  };
+  struct Saved {
+    TokenIds<Space> ids;  // (B, T)
+  };
+
+  explicit Embedding(const Options& options = {})
+      : weight_({S.vocab, S.dim}, core::Role::embedding, core::Init::normal(options.init_std)) {}
+
+  void forward(core::Workspace<Space>&, TokenIds<Space> ids, Tensor<T***, Space> y, Saved& saved) const {
+    const char* api = "hybridseq::layers::Embedding::forward";
+    core::check_shape(api, "y", y, core::dim(ids.extent(0)), core::dim(ids.extent(1)), core::dim(S.dim));
+    check_token_ids<Space>(api, ids, S.vocab);
+    saved.ids = ids;
+    if (ids.size() == 0) return;
+    Kokkos::parallel_for("hybridseq::layers::Embedding::forward",
+                         Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>(
+                             {0, 0}, {std::int64_t(ids.extent(0)), std::int64_t(ids.extent(1))}),
+                         detail::EmbeddingGather<T, Space>{ids, weight_.template shaped<T**>(), y});
+  }
+
+  /// Accumulates dW; ids have no gradient.
+  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy) {
+    core::check_shape("hybridseq::layers::Embedding::backward", "dy", dy, core::dim(saved.ids.extent(0)),
+                      core::dim(saved.ids.extent(1)), core::dim(S.dim));
+    Kokkos::parallel_for("hybridseq::layers::Embedding::backward", Kokkos::RangePolicy<Space>(0, S.dim),
+                         detail::EmbeddingScatter<T, Space>{saved.ids, dy, weight_.template shaped_grad<T**>()});
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit("weight", weight_);
+  }
+
+ private:
+  core::Parameter<T, Space> weight_;  // (V, D)
+};
+
+}  // namespace hybridseq::layers

@@ -1,0 +1,78 @@
+#pragma once
+/// \file
+/// LayerNorm (Ba et al. 2016): y = (x − mean) / sqrt(var + eps) · g + b, biased variance.
+
+#include <string>
+
+#include "../core/check.hpp"
+#include "../core/parameter.hpp"
+#include "../core/workspace.hpp"
+#include "../kernels/norms.hpp"
+
+namespace hybridseq::layers {
+
+/// y (B, T, D) = LayerNorm(x (B, T, D)); gain g (D) starts at 1, bias b (D) at 0.
+template <int D, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class LayerNorm {
+  static_assert(D > 0, "hybridseq::layers::LayerNorm: width must be positive");
+
+ public:
+  using scalar_type = T;
+  using execution_space = Space;
+  static constexpr int d_in = D;
+  static constexpr int d_out = D;
+
+  struct Options {
+    double eps = 1e-5;
+  };
+  struct Saved {
+    Tensor<const T***, Space> x;  // (B, T, D)
+    Tensor<T*, Space> mean;       // (B·T)
+    Tensor<T*, Space> rstd;       // (B·T)
+  };
+
+  explicit LayerNorm(const Options& options = {})
+      : eps_(static_cast<T>(options.eps)),
+        weight_({D}, core::Role::norm_gain, core::Init::ones()),
+        bias_({D}, core::Role::bias, core::Init::zeros()) {}
+
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y,
+               Saved& saved) const {
+    check(x, y, "forward", "y");
+    const auto rows = x.extent(0) * x.extent(1);
+    saved.x = x;
+    saved.mean = ws.template allocate<T*>("layernorm.mean", rows);
+    saved.rstd = ws.template allocate<T*>("layernorm.rstd", rows);
+    kernels::layernorm_forward<T>(Space{}, core::as_matrix(x), weight_.value(), bias_.value(), eps_,
+                                  core::as_matrix(y), saved.mean, saved.rstd);
+  }
+
+  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy,
+                Tensor<T***, Space> dx) {
+    check(saved.x, dy, "backward", "dy");
+    check(saved.x, dx, "backward", "dx");
+    kernels::layernorm_backward<T>(Space{}, core::as_matrix(saved.x), weight_.value(), saved.mean,
+                                   saved.rstd, core::as_matrix(dy), core::as_matrix(dx), weight_.grad(),
+                                   bias_.grad());
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit("weight", weight_);
+    visit("bias", bias_);
+  }
+
+ private:
+  template <class X, class Y>
+  static void check(const X& x, const Y& y, const char* op, const char* yname) {
+    const std::string api = std::string("hybridseq::layers::LayerNorm::") + op;
+    core::check_shape(api, "x", x, core::B, core::T, core::dim(D));
+    core::check_shape(api, yname, y, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(D));
+  }
+
+  T eps_;
+  core::Parameter<T, Space> weight_;  // (D)
+  core::Parameter<T, Space> bias_;    // (D)
+};
+
+}  // namespace hybridseq::layers

@@ -1,0 +1,120 @@
+#pragma once
+/// \file
+/// The language-model head fused with softmax cross-entropy (mean over non-ignored targets).
+
+#include <cstdint>
+#include <string>
+
+#include "../core/check.hpp"
+#include "../core/parameter.hpp"
+#include "../core/workspace.hpp"
+#include "../kernels/cross_entropy.hpp"
+
+namespace hybridseq::layers {
+
+struct LmHeadShape {
+  int d;
+  int vocab;
+};
+
+/// loss = mean_{(b,t): target ≠ ignore} −log softmax(x(b,t) Wᵀ)[target(b,t)], W (V, D).
+///
+/// Requires: targets in [0, V) or equal to `ignore_index`; x finite (checked).
+/// Ensures: when every target is ignored, the loss is 0 and backward adds nothing (PyTorch
+/// returns NaN there; a batch of padding should not poison training).
+template <LmHeadShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class LmHeadLoss {
+  static_assert(S.d > 0 && S.vocab > 0, "hybridseq::layers::LmHeadLoss: d and vocab must be positive");
+
+ public:
+  using scalar_type = T;
+  using execution_space = Space;
+  static constexpr int d_in = S.d;
+  static constexpr int vocab = S.vocab;
+
+  struct Options {
+    double init_std = 0.02;
+    std::int32_t ignore_index = -100;  // PyTorch's default
+    std::int64_t chunk_rows = 256;     // rows of logits alive at once
+  };
+  struct Saved {
+    Tensor<const T***, Space> x;                  // (B, T, D)
+    Tensor<const std::int32_t**, Space> targets;  // (B, T)
+    Tensor<T*, Space> lse;                        // (B·T) log-sum-exp per row
+    std::int64_t count = 0;                       // non-ignored targets
+  };
+
+  explicit LmHeadLoss(const Options& options = {})
+      : options_(options), weight_({S.vocab, S.d}, core::Role::weight, core::Init::normal(options.init_std)) {
+    if (options.chunk_rows <= 0)
+      fail<value_error>("hybridseq::layers::LmHeadLoss", "chunk_rows must be positive, got ", options.chunk_rows);
+  }
+
+  /// Returns the mean loss and fills `saved` for backward.
+  T forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<const std::int32_t**, Space> targets,
+            Saved& saved) const {
+    const char* api = "hybridseq::layers::LmHeadLoss::forward";
+    core::check_shape(api, "x", x, core::B, core::T, core::dim(S.d));
+    core::check_shape(api, "targets", targets, core::dim(x.extent(0)), core::dim(x.extent(1)));
+    core::check_finite(api, "x", x);
+    check_targets(api, targets);
+    saved.x = x;
+    saved.targets = targets;
+    saved.lse = ws.template allocate<T*>("lm_head.lse", x.extent(0) * x.extent(1));
+    const auto sum = kernels::lm_head_cross_entropy_forward<T>(Space{}, ws, core::as_matrix(x),
+                                                               weight_.template shaped<T**>(), core::flat(targets),
+                                                               options_.ignore_index, options_.chunk_rows, saved.lse);
+    saved.count = sum.count;
+    return sum.count == 0 ? T(0) : static_cast<T>(sum.loss / double(sum.count));
+  }
+
+  /// dx += ∂(dloss · loss)/∂x, dW likewise.
+  void backward(core::Workspace<Space>& ws, const Saved& saved, Tensor<T***, Space> dx, T dloss = T(1)) {
+    core::check_same_shape("hybridseq::layers::LmHeadLoss::backward", "dx", dx, "x", saved.x);
+    if (saved.count == 0) return;
+    kernels::lm_head_cross_entropy_backward<T>(Space{}, ws, core::as_matrix(saved.x), weight_.template shaped<T**>(),
+                                               core::flat(saved.targets), options_.ignore_index, options_.chunk_rows,
+                                               saved.lse, dloss / T(saved.count), core::as_matrix(dx),
+                                               weight_.template shaped_grad<T**>());
+  }
+
+  /// logits (B, T, V) = x Wᵀ, for decoding and evaluation.
+  void logits(Tensor<const T***, Space> x, Tensor<T***, Space> out) const {
+    const char* api = "hybridseq::layers::LmHeadLoss::logits";
+    core::check_shape(api, "x", x, core::B, core::T, core::dim(S.d));
+    core::check_shape(api, "out", out, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(S.vocab));
+    kernels::gemm(Space{}, kernels::Op::none, kernels::Op::transpose, T(1), core::as_matrix(x),
+                  weight_.template shaped<T**>(), T(0), core::as_matrix(out));
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit("weight", weight_);
+  }
+
+ private:
+  void check_targets(const char* api, Tensor<const std::int32_t**, Space> targets) const {
+    const auto flat = core::flat(targets);
+    const std::int64_t n = flat.extent(0);
+    const std::int32_t ignore = options_.ignore_index;
+    std::int64_t first = n;
+    Kokkos::parallel_reduce(
+        "hybridseq::layers::LmHeadLoss::check_targets", Kokkos::RangePolicy<Space>(0, n),
+        KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
+          const std::int32_t t = flat(i);
+          if (t != ignore && (t < 0 || t >= S.vocab) && i < m) m = i;
+        },
+        Kokkos::Min<std::int64_t>(first));
+    if (first < n) {
+      auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, flat);
+      const std::int64_t cols = targets.extent(1);
+      fail<value_error>(api, "target ", host(first), " at (b=", first / cols, ", t=", first % cols,
+                        ") is outside [0, ", S.vocab, ") and is not ignore_index ", ignore);
+    }
+  }
+
+  Options options_;
+  core::Parameter<T, Space> weight_;  // (V, D)
+};
+
+}  // namespace hybridseq::layers

@@ -1,0 +1,70 @@
+#pragma once
+/// \file
+/// RMSNorm (Zhang & Sennrich 2019): y = x / sqrt(mean(x²) + eps) · g.
+
+#include <string>
+
+#include "../core/check.hpp"
+#include "../core/parameter.hpp"
+#include "../core/workspace.hpp"
+#include "../kernels/norms.hpp"
+
+namespace hybridseq::layers {
+
+/// y (B, T, D) = RMSNorm(x (B, T, D)) with a learnable gain g (D), initialised to 1.
+template <int D, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class RmsNorm {
+  static_assert(D > 0, "hybridseq::layers::RmsNorm: width must be positive");
+
+ public:
+  using scalar_type = T;
+  using execution_space = Space;
+  static constexpr int d_in = D;
+  static constexpr int d_out = D;
+
+  struct Options {
+    double eps = 1e-6;
+  };
+  struct Saved {
+    Tensor<const T***, Space> x;  // (B, T, D)
+    Tensor<T*, Space> rstd;       // (B·T) 1/sqrt(mean(x²)+eps)
+  };
+
+  explicit RmsNorm(const Options& options = {})
+      : eps_(static_cast<T>(options.eps)), weight_({D}, core::Role::norm_gain, core::Init::ones()) {}
+
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y,
+               Saved& saved) const {
+    check(x, y, "forward", "y");
+    saved.x = x;
+    saved.rstd = ws.template allocate<T*>("rmsnorm.rstd", x.extent(0) * x.extent(1));
+    kernels::rmsnorm_forward<T>(Space{}, core::as_matrix(x), weight_.value(), eps_, core::as_matrix(y),
+                                saved.rstd);
+  }
+
+  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy,
+                Tensor<T***, Space> dx) {
+    check(saved.x, dy, "backward", "dy");
+    check(saved.x, dx, "backward", "dx");
+    kernels::rmsnorm_backward<T>(Space{}, core::as_matrix(saved.x), weight_.value(), saved.rstd,
+                                 core::as_matrix(dy), core::as_matrix(dx), weight_.grad());
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit("weight", weight_);
+  }
+
+ private:
+  template <class X, class Y>
+  static void check(const X& x, const Y& y, const char* op, const char* yname) {
+    const std::string api = std::string("hybridseq::layers::RmsNorm::") + op;
+    core::check_shape(api, "x", x, core::B, core::T, core::dim(D));
+    core::check_shape(api, yname, y, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(D));
+  }
+
+  T eps_;
+  core::Parameter<T, Space> weight_;  // (D)
+};
+
+}  // namespace hybridseq::layers

@@ -1,0 +1,29 @@
+// Every primitive layer through the testbed: double-precision gradient check, PyTorch
+// golden comparison in float, save/load round trip. Cases live in tests/cases.
+#include <catch2/catch.hpp>
+
+#include "cases/primitive_cases.hpp"
+#include "support/spaces.hpp"
+#include "support/testbed.hpp"
+
+using namespace hybridseq;
+
+HYBRIDSEQ_SPACE_TEST_CASE("primitive layers: finite-difference gradients in double", "[layers][gradcheck]") {
+  cases::for_each_case(cases::PrimitiveCases{}, [&]<class Case>() {
+    DYNAMIC_SECTION(Case::name) { testing::check_gradients<Case, TestType>(1e-6); }
+  });
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("primitive layers: PyTorch goldens in float", "[layers][golden]") {
+  cases::for_each_case(cases::PrimitiveCases{}, [&]<class Case>() {
+    if constexpr (Case::golden != nullptr) {
+      DYNAMIC_SECTION(Case::name) { testing::check_golden<Case, TestType>(); }
+    }
+  });
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("primitive layers: save/load round trip", "[layers][io]") {
+  cases::for_each_case(cases::PrimitiveCases{}, [&]<class Case>() {
+    DYNAMIC_SECTION(Case::name) { testing::check_round_trip<Case, TestType>(); }
+  });
+}

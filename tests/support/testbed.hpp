@@ -1,0 +1,315 @@
+#pragma once
+// The generic layer testbed: for any case of tests/cases, in any execution space,
+//   - forward shapes and finiteness,
+//   - finite-difference gradient check in double for the input and every parameter,
+//   - comparison with the PyTorch golden file (float),
+//   - save/load round trip through safetensors.
+// Three kinds of layer are driven: sequence layers (x (B,T,d_in) → y), the embedding
+// (ids → y) and the fused LM-head loss ((x, targets) → scalar).
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <hybridseq/core.hpp>
+#include <hybridseq/io/parameters.hpp>
+
+namespace hybridseq::testing {
+
+template <class Case, class T, class Space>
+using LayerOf = typename Case::template Layer<T, Space>;
+
+template <class L>
+concept EmbeddingLayer = requires { L::vocab; } && !requires { L::d_in; };
+template <class L>
+concept LossLayer = requires { L::vocab; L::d_in; };
+
+template <class Case, class L>
+typename L::Options options_of() {
+  if constexpr (requires { Case::template options<L>(); }) return Case::template options<L>();
+  else return typename L::Options{};
+}
+
+template <class Case, class L>
+L make_layer() {
+  return L(options_of<Case, L>());
+}
+
+/// Prints a machine-readable line when HYBRIDSEQ_REPORT is set (used for closing notes).
+inline void report(const char* what, const std::string& name, const char* space, double value) {
+  if (std::getenv("HYBRIDSEQ_REPORT")) std::printf("report,%s,%s,%s,%.3e\n", what, name.c_str(), space, value);
+}
+
+/// Host copy of any contiguous view, flattened.
+template <class View>
+std::vector<double> to_vector(const View& v) {
+  auto flat = core::flat(v);
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, flat);
+  return std::vector<double>(host.data(), host.data() + host.extent(0));
+}
+
+/// Fills a contiguous view from a host vector of the same number of elements.
+template <class View, class U>
+void from_vector(const View& v, const std::vector<U>& data) {
+  auto flat = core::flat(v);
+  REQUIRE(flat.extent(0) == data.size());
+  auto host = Kokkos::create_mirror_view(flat);
+  for (std::size_t i = 0; i < data.size(); ++i) host(i) = static_cast<typename View::value_type>(data[i]);
+  Kokkos::deep_copy(flat, host);
+}
+
+/// One layer with its inputs, able to evaluate the objective and its analytic gradients.
+///   sequence / embedding: objective = Σ y ⊙ dy (dy fixed, random)
+///   loss:                 objective = the mean cross-entropy
+template <class Case, class T, class Space>
+struct Harness {
+  using L = LayerOf<Case, T, Space>;
+  L layer = make_layer<Case, L>();
+  core::Workspace<Space> ws;
+  int batch = Case::batch, time = Case::time;
+  Tensor<T***, Space> x, dx, y, dy;          // sequence and loss layers
+  Tensor<std::int32_t**, Space> ids;         // embedding ids or loss targets
+
+  static constexpr int d_in() {
+    if constexpr (EmbeddingLayer<L>) return 0;
+    else return L::d_in;
+  }
+  static constexpr int d_out() {
+    if constexpr (LossLayer<L>) return 0;
+    else return L::d_out;
+  }
+
+  void allocate(int b, int t) {
+    batch = b, time = t;
+    if constexpr (!EmbeddingLayer<L>) {
+      x = Tensor<T***, Space>("x", b, t, d_in());
+      dx = Tensor<T***, Space>("dx", b, t, d_in());
+    }
+    if constexpr (!LossLayer<L>) {
+      y = Tensor<T***, Space>("y", b, t, d_out());
+      dy = Tensor<T***, Space>("dy", b, t, d_out());
+    }
+    if constexpr (EmbeddingLayer<L> || LossLayer<L>) ids = Tensor<std::int32_t**, Space>("ids", b, t);
+  }
+
+  /// Random parameters, inputs and upstream gradient, all from `seed`.
+  void randomize(std::uint64_t seed) {
+    allocate(Case::batch, Case::time);
+    core::initialize(layer, seed);
+    // Parameters at their init are often degenerate for testing (gains of exactly 1,
+    // zero biases): perturb every parameter so each one's gradient is exercised.
+    core::for_each_parameter(layer, [&](std::string_view name, auto& p) {
+      auto v = to_vector(p.value());
+      const core::CounterRng rng(seed + 1, core::stream_of(name));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] += 0.3 * rng.normal(i);
+      from_vector(p.value(), v);
+    });
+    const core::CounterRng rng(seed, 99);
+    if constexpr (!EmbeddingLayer<L>) {
+      std::vector<double> xs(x.size());
+      for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = rng.normal(i);
+      from_vector(x, xs);
+    }
+    if constexpr (!LossLayer<L>) {
+      std::vector<double> g(dy.size());
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = rng.normal(1000000 + i);
+      from_vector(dy, g);
+    }
+    if constexpr (EmbeddingLayer<L> || LossLayer<L>) {
+      std::vector<std::int32_t> v(ids.size());
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int32_t>(rng.bits(2000000 + i) % L::vocab);
+      if (v.size() > 2) v[1] = v[0];  // a repeated id: gradients must accumulate
+      if constexpr (LossLayer<L>) {
+        if (v.size() > 3) v[2] = options_of<Case, L>().ignore_index;
+      }
+      from_vector(ids, v);
+    }
+  }
+
+  /// Forward only; returns the objective.
+  double objective() {
+    ws.release({});
+    if constexpr (EmbeddingLayer<L>) {
+      typename L::Saved s;
+      layer.forward(ws, ids, y, s);
+      return dot(y, dy);
+    } else if constexpr (LossLayer<L>) {
+      typename L::Saved s;
+      return layer.forward(ws, x, ids, s);
+    } else {
+      typename L::Saved s;
+      call_forward(s);
+      return dot(y, dy);
+    }
+  }
+
+  /// Zeroes gradients, runs forward and backward; dx and parameter grads hold the result.
+  double analytic() {
+    core::zero_grad(layer);
+    ws.release({});
+    double obj = 0;
+    if constexpr (EmbeddingLayer<L>) {
+      typename L::Saved s;
+      layer.forward(ws, ids, y, s);
+      obj = dot(y, dy);
+      layer.backward(ws, s, dy);
+    } else if constexpr (LossLayer<L>) {
+      Kokkos::deep_copy(dx, T(0));
+      typename L::Saved s;
+      obj = layer.forward(ws, x, ids, s);
+      layer.backward(ws, s, dx);
+    } else {
+      Kokkos::deep_copy(dx, T(0));
+      typename L::Saved s;
+      call_forward(s);
+      obj = dot(y, dy);
+      layer.backward(ws, s, dy, dx);
+    }
+    return obj;
+  }
+
+  void call_forward(typename L::Saved& s) {
+    if constexpr (requires { Case::forward(layer, ws, x, y, s); }) Case::forward(layer, ws, x, y, s);
+    else layer.forward(ws, x, y, s);
+  }
+
+  static double dot(const Tensor<T***, Space>& a, const Tensor<T***, Space>& b) {
+    const auto va = to_vector(a), vb = to_vector(b);
+    double s = 0;
+    for (std::size_t i = 0; i < va.size(); ++i) s += va[i] * vb[i];
+    return s;
+  }
+};
+
+/// Finite-difference check of one flat tensor's gradient, on up to `max_entries` entries
+/// spread over the tensor. Returns max |analytic − numeric| / max(‖analytic‖∞, ‖numeric‖∞)
+/// over the checked entries: relative to the gradient's scale, so entries that are zero
+/// by construction do not divide by zero.
+template <class H, class View>
+double gradient_error(H& h, const View& values, const std::vector<double>& analytic, int max_entries = 48) {
+  const std::size_t n = values.extent(0);
+  if (n == 0) return 0;
+  const std::size_t step = std::max<std::size_t>(1, n / max_entries);
+  double worst = 0, scale = 0;
+  std::vector<std::pair<double, double>> pairs;
+  for (std::size_t i = 0; i < n; i += step) {
+    const double orig = values(i);
+    const double eps = 1e-6 * std::max(1.0, std::abs(orig));
+    values(i) = orig + eps;
+    const double plus = h.objective();
+    values(i) = orig - eps;
+    const double minus = h.objective();
+    values(i) = orig;
+    const double numeric = (plus - minus) / (2 * eps);
+    pairs.emplace_back(analytic[i], numeric);
+    scale = std::max({scale, std::abs(analytic[i]), std::abs(numeric)});
+  }
+  for (auto [a, num] : pairs) worst = std::max(worst, std::abs(a - num));
+  return scale == 0 ? worst : worst / scale;
+}
+
+/// Runs the gradient check for `Case` in `Space` (double precision).
+template <class Case, class Space>
+void check_gradients(double tolerance = 1e-6) {
+  Harness<Case, double, Space> h;
+  h.randomize(20261129);
+  h.analytic();
+  using L = typename Harness<Case, double, Space>::L;
+  double worst = 0;
+  if constexpr (!EmbeddingLayer<L>) {
+    const auto dx = to_vector(h.dx);
+    const double e = gradient_error(h, core::flat(h.x), dx);
+    INFO("input gradient, relative error " << e);
+    CHECK(e <= tolerance);
+    worst = std::max(worst, e);
+  }
+  std::vector<std::pair<std::string, std::vector<double>>> grads;
+  core::for_each_parameter(h.layer, [&](std::string_view name, auto& p) {
+    grads.emplace_back(std::string(name), to_vector(p.grad()));
+  });
+  std::size_t k = 0;
+  core::for_each_parameter(h.layer, [&](std::string_view name, auto& p) {
+    const double e = gradient_error(h, p.value(), grads[k++].second);
+    INFO("parameter " << name << ", relative error " << e);
+    CHECK(e <= tolerance);
+    worst = std::max(worst, e);
+  });
+  report("gradcheck_max_rel", Case::name, Space::name(), worst);
+}
+
+/// Worst |c − g| / (atol + rtol·|g|) over a tensor: ≤ 1 passes.
+inline double golden_ratio(const std::vector<double>& c, const std::vector<double>& g, double rtol, double atol,
+                           double* worst_abs = nullptr) {
+  REQUIRE(c.size() == g.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    const double err = std::abs(c[i] - g[i]);
+    if (worst_abs) *worst_abs = std::max(*worst_abs, err);
+    worst = std::max(worst, err / (atol + rtol * std::abs(g[i])));
+  }
+  return worst;
+}
+
+/// Compares forward and backward (float) with the PyTorch golden file of `Case`.
+template <class Case, class Space>
+void check_golden(double rtol = 1e-5, double atol = 1e-6) {
+  using H = Harness<Case, float, Space>;
+  using L = typename H::L;
+  const auto file = io::SafetensorsFile::open(std::filesystem::path(HYBRIDSEQ_GOLDEN_DIR) /
+                                              (std::string(Case::golden) + ".safetensors"));
+  H h;
+  const auto& in = file.info("input");
+  h.allocate(static_cast<int>(in.shape[0]), static_cast<int>(in.shape[1]));
+  io::load_parameters(h.layer, file, {.prefix = "params/", .allow_extra = false});
+  if constexpr (EmbeddingLayer<L>) {
+    from_vector(h.ids, file.read<std::int64_t>("input"));
+  } else {
+    from_vector(h.x, file.read<double>("input"));
+  }
+  if constexpr (LossLayer<L>) from_vector(h.ids, file.read<std::int64_t>("targets"));
+  else from_vector(h.dy, file.read<double>("grad_output"));
+
+  const double obj = h.analytic();
+  double worst_abs = 0, worst = 0;
+  auto compare = [&](const char* what, const std::vector<double>& mine, const std::vector<double>& golden) {
+    const double r = golden_ratio(mine, golden, rtol, atol, &worst_abs);
+    INFO(Case::name << ": " << what << " exceeds tolerance by " << r << "x");
+    CHECK(r <= 1.0);
+    worst = std::max(worst, r);
+  };
+  if constexpr (LossLayer<L>) compare("loss", {obj}, file.read<double>("output"));
+  else compare("output", to_vector(h.y), file.read<double>("output"));
+  if constexpr (!EmbeddingLayer<L>) compare("grad_input", to_vector(h.dx), file.read<double>("grad_input"));
+  core::for_each_parameter(h.layer, [&](std::string_view name, auto& p) {
+    compare(("grads/" + std::string(name)).c_str(), to_vector(p.grad()),
+            file.read<double>("grads/" + std::string(name)));
+  });
+  report("golden_max_abs_err", Case::name, Space::name(), worst_abs);
+}
+
+/// Save → load into a differently initialised layer → identical outputs.
+template <class Case, class Space>
+void check_round_trip() {
+  Harness<Case, float, Space> a, b;
+  a.randomize(1);
+  b.randomize(2);
+  const auto path = std::filesystem::temp_directory_path() /
+                    (std::string("hybridseq_roundtrip_") + Case::name + "_" + Space::name() + ".safetensors");
+  io::save_parameters(a.layer, path, {{"case", Case::name}});
+  io::load_parameters(b.layer, path);
+  std::filesystem::remove(path);
+  Kokkos::deep_copy(b.x, a.x);
+  Kokkos::deep_copy(b.ids, a.ids);
+  Kokkos::deep_copy(b.dy, a.dy);
+  const double oa = a.objective(), ob = b.objective();
+  CHECK(oa == ob);
+  if constexpr (!LossLayer<typename Harness<Case, float, Space>::L>) CHECK(to_vector(a.y) == to_vector(b.y));
+}
+
+}  // namespace hybridseq::testing
