@@ -9,7 +9,8 @@ packages=(
   libboost-dev           # Boost.Hana, Boost.Mp11, Boost.PropertyTree (safetensors header)
   catch2                 # Catch2 v2.13 unit tests
   libbenchmark-dev       # Google Benchmark: hybridseq-bench
-  libopenblas-dev        # the host GEMM backend
+  libopenblas-dev        # the host GEMM backend (cblas.h, pthread flavour)
+  libopenblas0-openmp    # OpenBLAS sharing Kokkos' OpenMP thread pool
   libcli11-dev           # command-line parsing for examples and tools
   dpkg-dev               # apt-get source needs dpkg-source to exist
   xz-utils

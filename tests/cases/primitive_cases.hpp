@@ -146,3 +146,54 @@ void for_each_case(CaseList<Cases...>, F&& f) {
 }
 
 }  // namespace hybridseq::cases
+
+namespace hybridseq::cases {
+
+// Benchmark shapes (GPT-2-small widths). Also gradient-checked at (batch, time) so the
+// configurations the benchmarks time are the configurations the tests verify.
+struct LinearBench256x768 {
+  template <class T, class S> using Layer = Linear<LinearShape{256, 768, true}, T, S>;
+  static constexpr const char* name = "linear/256x768";
+  static constexpr const char* golden = nullptr;
+  static constexpr int batch = 1, time = 2, bench_time = 4096;
+  static constexpr double forward_flops(double rows) { return 2.0 * rows * 256 * 768; }
+};
+struct LinearBench768x3072 {
+  template <class T, class S> using Layer = Linear<LinearShape{768, 3072, true}, T, S>;
+  static constexpr const char* name = "linear/768x3072";
+  static constexpr const char* golden = nullptr;
+  static constexpr int batch = 1, time = 2, bench_time = 4096;
+  static constexpr double forward_flops(double rows) { return 2.0 * rows * 768 * 3072; }
+};
+struct RmsNormBench {
+  template <class T, class S> using Layer = RmsNorm<768, T, S>;
+  static constexpr const char* name = "rmsnorm/768";
+  static constexpr const char* golden = nullptr;
+  static constexpr int batch = 1, time = 2, bench_time = 4096;
+  static constexpr double forward_flops(double rows) { return 4.0 * rows * 768; }
+};
+struct FfnBench {
+  template <class T, class S> using Layer = Ffn<FfnShape{768, 3072}, T, S>;
+  static constexpr const char* name = "ffn_gelu/768x3072";
+  static constexpr const char* golden = nullptr;
+  static constexpr int batch = 1, time = 2, bench_time = 1024;
+  static constexpr double forward_flops(double rows) { return 4.0 * rows * 768 * 3072; }
+};
+struct SwigluBench {
+  template <class T, class S> using Layer = Ffn<swiglu(768, 2048), T, S>;
+  static constexpr const char* name = "ffn_swiglu/768x2048";
+  static constexpr const char* golden = nullptr;
+  static constexpr int batch = 1, time = 2, bench_time = 1024;
+  static constexpr double forward_flops(double rows) { return 6.0 * rows * 768 * 2048; }
+};
+struct LmHeadBench {
+  template <class T, class S> using Layer = LmHeadLoss<LmHeadShape{768, 8192}, T, S>;
+  static constexpr const char* name = "lm_head_ce/768x8192";
+  static constexpr const char* golden = nullptr;
+  static constexpr int batch = 1, time = 2, bench_time = 1024;
+  static constexpr double forward_flops(double rows) { return 2.0 * rows * 768 * 8192; }
+};
+
+using BenchCases = CaseList<LinearBench256x768, LinearBench768x3072, RmsNormBench, FfnBench, SwigluBench, LmHeadBench>;
+
+}  // namespace hybridseq::cases

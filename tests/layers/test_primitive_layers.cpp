@@ -14,6 +14,12 @@ HYBRIDSEQ_SPACE_TEST_CASE("primitive layers: finite-difference gradients in doub
   });
 }
 
+HYBRIDSEQ_SPACE_TEST_CASE("benchmark configurations: finite-difference gradients in double", "[layers][gradcheck]") {
+  cases::for_each_case(cases::BenchCases{}, [&]<class Case>() {
+    DYNAMIC_SECTION(Case::name) { testing::check_gradients<Case, TestType>(1e-6); }
+  });
+}
+
 HYBRIDSEQ_SPACE_TEST_CASE("primitive layers: PyTorch goldens in float", "[layers][golden]") {
   cases::for_each_case(cases::PrimitiveCases{}, [&]<class Case>() {
     if constexpr (Case::golden != nullptr) {

@@ -46,12 +46,11 @@ constexpr bool host_accessible =
 
 #if defined(HYBRIDSEQ_WITH_BLAS)
 /// Sets OpenBLAS' thread count only when it changes (the call takes a lock inside OpenBLAS).
+/// n = −1 forgets the cached count, for code that called openblas_set_num_threads itself.
 inline void blas_threads(int n) {
   static int current = -1;
-  if (n != current) {
-    openblas_set_num_threads(n);
-    current = n;
-  }
+  if (n != current && n > 0) openblas_set_num_threads(n);
+  current = n;
 }
 #endif
 

@@ -1,0 +1,20 @@
+// hybridseq-bench: Kokkos is initialised before Google Benchmark runs and finalised after.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+
+#include <Kokkos_Core.hpp>
+
+#include "registry.hpp"
+
+int main(int argc, char** argv) {
+  setenv("OMP_PROC_BIND", "false", 0);  // silences Kokkos' advice on stdout (breaks JSON)
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  hybridseq::bench::register_all();
+  benchmark::AddCustomContext("kokkos_version", std::to_string(KOKKOS_VERSION));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,142 @@
+// Forward and backward of every benchmark case (tests/cases) on every host execution space,
+// plus raw OpenBLAS sgemm on the Linear shapes, so that `linear_fwd/...` carries the ratio
+// `vs_openblas` measured in the same run.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <hybridseq/core.hpp>
+#include <hybridseq/layers.hpp>
+
+#include "cases/primitive_cases.hpp"
+#include "registry.hpp"
+#include "support/bench_harness.hpp"
+
+namespace hybridseq::bench {
+namespace {
+
+template <class Space>
+std::string space_suffix() {
+  return std::string("/space:") + Space::name() + "/threads:" + std::to_string(core::compat::concurrency(Space{}));
+}
+
+/// Seconds per call of `f`, best of `repeats` batches of `iters` calls (fenced).
+template <class Space, class F>
+double seconds_per_call(F&& f, int iters, int repeats = 5) {
+  double best = 1e30;
+  f();
+  Space().fence();
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) f();
+    Space().fence();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
+  }
+  return best;
+}
+
+/// Raw cblas_sgemm (no hybridseq code) on the Linear's shape (rows × in) · (out × in)ᵀ,
+/// with as many BLAS threads as the execution space has.
+template <class Space>
+void raw_sgemm(const std::vector<float>& a, const std::vector<float>& b, std::vector<float>& c, std::int64_t rows,
+               int in, int out) {
+  openblas_set_num_threads(core::compat::concurrency(Space{}));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), out, in, 1.0f, a.data(), in, b.data(), in, 0.0f,
+              c.data(), out);
+}
+
+template <class Space>
+double sgemm_seconds(std::int64_t rows, int in, int out) {
+  std::vector<float> a(rows * in, 0.5f), b(std::size_t(out) * in, 0.25f), c(rows * out);
+  const double s = seconds_per_call<Space>([&] { raw_sgemm<Space>(a, b, c, rows, in, out); }, 5);
+  kernels::detail::blas_threads(-1);  // the facade must set its own count again
+  return s;
+}
+
+template <class Case, class Space, bool Backward>
+void layer_benchmark(benchmark::State& state) {
+  Harness<Case, Space> h(1, Case::bench_time);
+  const double rows = Case::bench_time;
+  for (auto _ : state) {
+    if constexpr (Backward) h.backward();
+    else h.forward();
+    Space().fence();
+  }
+  const double flops = (Backward ? 2.0 : 1.0) * Case::forward_flops(rows);
+  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bytes/s"] =
+      benchmark::Counter(double(h.activation_bytes()), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_workspace_bytes"] = double(h.peak_workspace_bytes());
+  state.counters["tokens/s"] = benchmark::Counter(rows, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+/// linear_fwd/<in>x<out>/T:<t>: Linear forward with counter vs_openblas = its GFLOP/s over
+/// raw sgemm's on the same shape and thread count, both measured here.
+template <class Case, class Space>
+void linear_forward_vs_sgemm(benchmark::State& state) {
+  using L = typename Case::template Layer<float, Space>;
+  Harness<Case, Space> h(1, Case::bench_time);
+  for (auto _ : state) {
+    h.forward();
+    Space().fence();
+  }
+  const double rows = Case::bench_time, flops = Case::forward_flops(rows);
+  const double linear_s = seconds_per_call<Space>([&] { h.forward(); }, 5);
+  const double gemm_s = sgemm_seconds<Space>(Case::bench_time, L::d_in, L::d_out);
+  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["sgemm_GFLOP/s"] = flops / gemm_s * 1e-9;
+  state.counters["linear_GFLOP/s"] = flops / linear_s * 1e-9;
+  state.counters["vs_openblas"] = gemm_s / linear_s;
+  state.counters["peak_workspace_bytes"] = double(h.peak_workspace_bytes());
+}
+
+template <class Space>
+void sgemm_benchmark(benchmark::State& state) {
+  const auto rows = state.range(0);
+  const int in = int(state.range(1)), out = int(state.range(2));
+  std::vector<float> a(rows * in, 0.5f), b(std::size_t(out) * in, 0.25f), c(rows * out);
+  for (auto _ : state) raw_sgemm<Space>(a, b, c, rows, in, out);
+  kernels::detail::blas_threads(-1);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * double(rows) * in * out, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <class Space>
+void register_space() {
+  const std::string sfx = space_suffix<Space>();
+  cases::for_each_case(cases::BenchCases{}, [&]<class Case>() {
+    const std::string shape = std::string(Case::name) + "/T:" + std::to_string(Case::bench_time);
+    benchmark::RegisterBenchmark(("fwd/" + shape + sfx).c_str(), layer_benchmark<Case, Space, false>)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+    benchmark::RegisterBenchmark(("bwd/" + shape + sfx).c_str(), layer_benchmark<Case, Space, true>)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+  });
+  auto linear = [&]<class Case>(const char* shape) {
+    benchmark::RegisterBenchmark(
+        (std::string("linear_fwd/") + shape + "/T:" + std::to_string(Case::bench_time) + sfx).c_str(),
+        linear_forward_vs_sgemm<Case, Space>)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+  };
+  linear.template operator()<cases::LinearBench256x768>("256x768");
+  linear.template operator()<cases::LinearBench768x3072>("768x3072");
+  benchmark::RegisterBenchmark(("sgemm" + sfx).c_str(), sgemm_benchmark<Space>)
+      ->ArgNames({"M", "K", "N"})
+      ->Args({4096, 256, 768})
+      ->Args({4096, 768, 3072})
+      ->Args({2048, 2048, 2048})
+      ->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+}  // namespace
+
+void register_primitive_benchmarks() {
+  register_space<Kokkos::Serial>();
+#if HYBRIDSEQ_HAS_OPENMP
+  register_space<Kokkos::OpenMP>();
+#endif
+}
+
+}  // namespace hybridseq::bench
