@@ -308,13 +308,10 @@ def main(argv=None) -> int:
     for name, seed, builder in CASES:
         write_case(out, name, seed, builder)
 
-    try:
-        import golden_io  # written separately: tests/reference/golden_io.py
-    except ModuleNotFoundError as e:
-        if e.name != "golden_io":
-            raise
-        print("note: tests/reference/golden_io.py not found; skipping I/O goldens")
-        return 0
+    import golden_adamw
+    import golden_io
+
+    print(golden_adamw.write_adamw_golden(out))
     golden_io.write_io_goldens(out)
     cpp_path = os.path.join(out, "io_cpp_written.safetensors")
     if os.path.exists(cpp_path):

@@ -1,0 +1,102 @@
+#pragma once
+/// \file
+/// AdamW (Loshchilov & Hutter 2019): Adam with decoupled weight decay.
+///
+///   m ← β₁m + (1−β₁)g,  v ← β₂v + (1−β₂)g²
+///   θ ← θ − lr·( m̂ / (√v̂ + ε) + λ·θ )      m̂, v̂ bias-corrected; λ only on weights
+///
+/// Weight decay applies to parameters whose role decays (matrices), never to norms, biases,
+/// embeddings or scalars. Moments are kept in float (fp32) whatever the parameter type's
+/// precision would allow, as in PyTorch's default. State is reached through the parameter
+/// visitor, so it follows the model's dotted names (for checkpoints).
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "../core/error.hpp"
+#include "../core/parameter.hpp"
+
+namespace hybridseq::train {
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+namespace detail {
+template <class T, class Space>
+struct AdamWUpdate {
+  Tensor<T*, Space> param;
+  Tensor<const T*, Space> grad;
+  Tensor<float*, Space> m, v;
+  float beta1, beta2, eps, lr, decay, correction1, correction2;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    const float g = static_cast<float>(grad(i));
+    const float mi = beta1 * m(i) + (1 - beta1) * g;
+    const float vi = beta2 * v(i) + (1 - beta2) * g * g;
+    m(i) = mi;
+    v(i) = vi;
+    const float mhat = mi / correction1, vhat = vi / correction2;
+    param(i) -= static_cast<T>(lr * (mhat / (math::sqrt(vhat) + eps) + decay * static_cast<float>(param(i))));
+  }
+};
+}  // namespace detail
+
+/// AdamW over every parameter of a module (all parameters in one execution space).
+template <class Module, ExecutionSpace Space = typename Module::execution_space>
+class AdamW {
+ public:
+  AdamW(Module& module, const AdamWOptions& options) : module_(module), options_(options) {
+    if (!(options.lr >= 0) || !(options.beta1 >= 0 && options.beta1 < 1) || !(options.beta2 >= 0 && options.beta2 < 1) ||
+        !(options.eps > 0) || !(options.weight_decay >= 0))
+      fail<value_error>("hybridseq::train::AdamW", "invalid options lr=", options.lr, " beta1=", options.beta1,
+                        " beta2=", options.beta2, " eps=", options.eps, " weight_decay=", options.weight_decay);
+    core::for_each_parameter(module_, [&](std::string_view name, auto& p) {
+      static_assert(std::is_same_v<typename std::remove_reference_t<decltype(p)>::execution_space, Space>,
+                    "hybridseq::train::AdamW: every parameter must live in the optimizer's execution space");
+      states_.push_back({std::string(name), Tensor<float*, Space>("adamw.m", p.numel()),
+                         Tensor<float*, Space>("adamw.v", p.numel())});
+    });
+  }
+
+  /// One update with learning rate `lr` (from a schedule); increments the step count.
+  void step(double lr) {
+    ++step_;
+    const float c1 = static_cast<float>(1 - std::pow(options_.beta1, double(step_)));
+    const float c2 = static_cast<float>(1 - std::pow(options_.beta2, double(step_)));
+    std::size_t k = 0;
+    core::for_each_parameter(module_, [&](std::string_view, auto& p) {
+      using T = typename std::remove_reference_t<decltype(p)>::scalar_type;
+      const auto& s = states_[k++];
+      const float decay = core::decays(p.role()) ? static_cast<float>(options_.weight_decay) : 0.0f;
+      Kokkos::parallel_for("hybridseq::train::AdamW::step", Kokkos::RangePolicy<Space>(0, p.numel()),
+                           detail::AdamWUpdate<T, Space>{p.value(), p.grad(), s.m, s.v, float(options_.beta1),
+                                                         float(options_.beta2), float(options_.eps), float(lr), decay,
+                                                         c1, c2});
+    });
+  }
+
+  void step() { step(options_.lr); }
+  std::int64_t step_count() const { return step_; }
+  const AdamWOptions& options() const { return options_; }
+
+ private:
+  struct State {
+    std::string name;             // the parameter's dotted name
+    Tensor<float*, Space> m, v;   // (numel) first and second moments
+  };
+
+  Module& module_;
+  AdamWOptions options_;
+  std::vector<State> states_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace hybridseq::train
