@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   const MarkovChain chain(2026);
   TinyFfnLm<Space> model;
   core::initialize(model, seed);
-  train::AdamW<TinyFfnLm<Space>, Space> opt(model, {.lr = lr, .weight_decay = 0.01});
+  train::AdamW opt(model, {.lr = lr, .weight_decay = 0.01});
   const train::Schedule schedule{.peak_lr = lr, .warmup_steps = 20, .total_steps = steps};
   core::Workspace<Space> ws;
 

@@ -6,12 +6,14 @@
 // A case is a struct with:
 //   template <class T, class Space> using Layer = ...;   the layer under test
 //   name        stable case name (also the benchmark family)
-//   golden      golden file stem in tests/golden, or nullptr
+//   golden      golden file stem in tests/golden, or "" for none
 //   batch, time extents for the gradient check and round trip
 //   options()   runtime options (must match the golden's config)
 // and optionally `forward(layer, ws, x, y, saved)` when the layer needs a non-default call.
 
 #include <hybridseq/layers.hpp>
+
+#include <string_view>
 
 namespace hybridseq::cases {
 
@@ -116,13 +118,13 @@ struct LmHeadCase {
 struct LinearWide {
   template <class T, class S> using Layer = Linear<LinearShape{33, 17, true}, T, S>;
   static constexpr const char* name = "linear_33x17";
-  static constexpr const char* golden = nullptr;
+  static constexpr const char* golden = "";
   static constexpr int batch = 3, time = 7;
 };
 struct LmHeadWide {
   template <class T, class S> using Layer = LmHeadLoss<LmHeadShape{16, 50}, T, S>;
   static constexpr const char* name = "lm_head_ce_50";
-  static constexpr const char* golden = nullptr;
+  static constexpr const char* golden = "";
   static constexpr int batch = 3, time = 9;
   template <class L>
   static typename L::Options options() {
@@ -132,6 +134,9 @@ struct LmHeadWide {
 
 template <class... Cases>
 struct CaseList {};
+
+template <class Case>
+inline constexpr bool has_golden = !std::string_view(Case::golden).empty();
 
 using PrimitiveCases =
     CaseList<LinearBias, LinearNoBias, RmsNormCase, LayerNormCase, RopeFull, RopePartial,
@@ -154,42 +159,42 @@ namespace hybridseq::cases {
 struct LinearBench256x768 {
   template <class T, class S> using Layer = Linear<LinearShape{256, 768, true}, T, S>;
   static constexpr const char* name = "linear/256x768";
-  static constexpr const char* golden = nullptr;
+  static constexpr const char* golden = "";
   static constexpr int batch = 1, time = 2, bench_time = 4096;
   static constexpr double forward_flops(double rows) { return 2.0 * rows * 256 * 768; }
 };
 struct LinearBench768x3072 {
   template <class T, class S> using Layer = Linear<LinearShape{768, 3072, true}, T, S>;
   static constexpr const char* name = "linear/768x3072";
-  static constexpr const char* golden = nullptr;
+  static constexpr const char* golden = "";
   static constexpr int batch = 1, time = 2, bench_time = 4096;
   static constexpr double forward_flops(double rows) { return 2.0 * rows * 768 * 3072; }
 };
 struct RmsNormBench {
   template <class T, class S> using Layer = RmsNorm<768, T, S>;
   static constexpr const char* name = "rmsnorm/768";
-  static constexpr const char* golden = nullptr;
+  static constexpr const char* golden = "";
   static constexpr int batch = 1, time = 2, bench_time = 4096;
   static constexpr double forward_flops(double rows) { return 4.0 * rows * 768; }
 };
 struct FfnBench {
   template <class T, class S> using Layer = Ffn<FfnShape{768, 3072}, T, S>;
   static constexpr const char* name = "ffn_gelu/768x3072";
-  static constexpr const char* golden = nullptr;
+  static constexpr const char* golden = "";
   static constexpr int batch = 1, time = 2, bench_time = 1024;
   static constexpr double forward_flops(double rows) { return 4.0 * rows * 768 * 3072; }
 };
 struct SwigluBench {
   template <class T, class S> using Layer = Ffn<swiglu(768, 2048), T, S>;
   static constexpr const char* name = "ffn_swiglu/768x2048";
-  static constexpr const char* golden = nullptr;
+  static constexpr const char* golden = "";
   static constexpr int batch = 1, time = 2, bench_time = 1024;
   static constexpr double forward_flops(double rows) { return 6.0 * rows * 768 * 2048; }
 };
 struct LmHeadBench {
   template <class T, class S> using Layer = LmHeadLoss<LmHeadShape{768, 8192}, T, S>;
   static constexpr const char* name = "lm_head_ce/768x8192";
-  static constexpr const char* golden = nullptr;
+  static constexpr const char* golden = "";
   static constexpr int batch = 1, time = 2, bench_time = 1024;
   static constexpr double forward_flops(double rows) { return 2.0 * rows * 768 * 8192; }
 };

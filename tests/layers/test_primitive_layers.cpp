@@ -22,7 +22,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("benchmark configurations: finite-difference gradients
 
 HYBRIDSEQ_SPACE_TEST_CASE("primitive layers: PyTorch goldens in float", "[layers][golden]") {
   cases::for_each_case(cases::PrimitiveCases{}, [&]<class Case>() {
-    if constexpr (Case::golden != nullptr) {
+    if constexpr (cases::has_golden<Case>) {
       DYNAMIC_SECTION(Case::name) { testing::check_golden<Case, TestType>(); }
     }
   });

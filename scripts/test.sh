@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds and runs the whole hybridseq test suite on a fresh Debian machine:
+#   1. installs missing dependencies from Debian's archive,
+#   2. builds Kokkos 3.4.01 (Serial + OpenMP) once per machine into a cache,
+#   3. configures, builds and runs every test (Serial and OpenMP, goldens, gradient checks,
+#      header self-containment, the installed package from a downstream project, the example),
+#   4. does the same again with AddressSanitizer + UndefinedBehaviorSanitizer.
+# Usage: scripts/test.sh [--no-sanitize]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitize=1
+[[ "${1:-}" == "--no-sanitize" ]] && sanitize=0
+
+bash scripts/install-deps.sh
+kokkos_root=$(bash scripts/build-kokkos.sh | tail -n 1)
+jobs=$(nproc)
+
+run_config() {  # run_config <build dir> <cmake args...>
+  local dir=$1
+  shift
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos_root" "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+  (cd "$dir" && ctest --output-on-failure -j "$jobs")
+}
+
+echo "== hybridseq: tests (Release) =="
+run_config build
+if ((sanitize)); then
+  echo "== hybridseq: tests with AddressSanitizer + UndefinedBehaviorSanitizer =="
+  # The bench and the header checks add nothing under sanitizers: the tests are what runs.
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    run_config build-sanitize -DHYBRIDSEQ_SANITIZE=ON -DHYBRIDSEQ_BUILD_BENCH=OFF -DHYBRIDSEQ_CHECK_HEADERS=OFF \
+      -DCMAKE_BUILD_TYPE=RelWithDebInfo
+fi
