@@ -130,8 +130,6 @@ void register_space() {
       ->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
-}  // namespace
-
 void register_primitive_benchmarks() {
   register_space<Kokkos::Serial>();
 #if HYBRIDSEQ_HAS_OPENMP
@@ -139,4 +137,7 @@ void register_primitive_benchmarks() {
 #endif
 }
 
+const Registration registration(&register_primitive_benchmarks);
+
+}  // namespace
 }  // namespace hybridseq::bench

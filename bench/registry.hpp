@@ -1,7 +1,25 @@
 #pragma once
-// Each benchmark translation unit contributes a register function; main calls them all
-// after Kokkos is up (registration allocates tensors).
+// Benchmark translation units register a function that adds their benchmarks; main calls them
+// after Kokkos is up (registration may allocate tensors). A new bench/<x>_benchmarks.cpp needs
+// no edit elsewhere:
+//   static const hybridseq::bench::Registration registration(&register_my_benchmarks);
+#include <vector>
+
 namespace hybridseq::bench {
-void register_primitive_benchmarks();
-inline void register_all() { register_primitive_benchmarks(); }
+
+using RegisterFn = void (*)();
+
+inline std::vector<RegisterFn>& registrations() {
+  static std::vector<RegisterFn> fns;
+  return fns;
+}
+
+struct Registration {
+  explicit Registration(RegisterFn fn) { registrations().push_back(fn); }
+};
+
+inline void register_all() {
+  for (RegisterFn fn : registrations()) fn();
+}
+
 }  // namespace hybridseq::bench

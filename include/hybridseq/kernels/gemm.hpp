@@ -63,37 +63,50 @@ int blas_threads_for(const Space& exec) {
   return 1;
 }
 
-template <class T, class Space>
-void gemm_host(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
-               T alpha, const MatrixIn<T, Space>& a, const MatrixIn<T, Space>& b, T beta,
-               const MatrixOut<T, Space>& c) {
+}  // namespace detail
+
+/// Single-call host GEMM on raw row-major pointers: C (m×n) = alpha·op(A)·op(B) + beta·C.
+/// Used directly by kernels that multiply tiles inside their own parallel loops (attention):
+/// OpenMP OpenBLAS runs a call made inside a parallel region on the calling thread.
+template <class T>
+void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+               std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
 #if defined(HYBRIDSEQ_WITH_BLAS)
-  blas_threads(blas_threads_for(exec));
   const auto ta = op_a == Op::none ? CblasNoTrans : CblasTrans;
   const auto tb = op_b == Op::none ? CblasNoTrans : CblasTrans;
-  const auto lda = static_cast<int>(a.stride(0)), ldb = static_cast<int>(b.stride(0)),
-             ldc = static_cast<int>(c.stride(0));
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb,
-                beta, c.data(), ldc);
+    cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
   else
-    cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb,
-                beta, c.data(), ldc);
+    cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 #else
-  (void)exec;
   using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using Stride = Eigen::OuterStride<>;
-  Eigen::Map<const Mat, 0, Stride> ea(a.data(), a.extent(0), a.extent(1), Stride(a.stride(0)));
-  Eigen::Map<const Mat, 0, Stride> eb(b.data(), b.extent(0), b.extent(1), Stride(b.stride(0)));
-  Eigen::Map<Mat, 0, Stride> ec(c.data(), m, n, Stride(c.stride(0)));
+  const std::int64_t ar = op_a == Op::none ? m : k, ac = op_a == Op::none ? k : m;
+  const std::int64_t br = op_b == Op::none ? k : n, bc = op_b == Op::none ? n : k;
+  Eigen::Map<const Mat, 0, Stride> ea(a, ar, ac, Stride(lda));
+  Eigen::Map<const Mat, 0, Stride> eb(b, br, bc, Stride(ldb));
+  Eigen::Map<Mat, 0, Stride> ec(c, m, n, Stride(ldc));
   if (beta == T(0)) ec.setZero();
   else if (beta != T(1)) ec *= beta;
   if (op_a == Op::none && op_b == Op::none) ec.noalias() += alpha * ea * eb;
   else if (op_a == Op::none) ec.noalias() += alpha * ea * eb.transpose();
   else if (op_b == Op::none) ec.noalias() += alpha * ea.transpose() * eb;
   else ec.noalias() += alpha * ea.transpose() * eb.transpose();
-  (void)k;
 #endif
+}
+
+namespace detail {
+
+template <class T, class Space>
+void gemm_host(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
+               T alpha, const MatrixIn<T, Space>& a, const MatrixIn<T, Space>& b, T beta,
+               const MatrixOut<T, Space>& c) {
+#if defined(HYBRIDSEQ_WITH_BLAS)
+  blas_threads(blas_threads_for(exec));
+#else
+  (void)exec;
+#endif
+  host_gemm<T>(op_a, op_b, m, n, k, alpha, a.data(), a.stride(0), b.data(), b.stride(0), beta, c.data(), c.stride(0));
 }
 
 /// Device fallback: one thread per output element. Correct, not fast; cuBLAS goes here.

@@ -1,0 +1,134 @@
+#pragma once
+/// \file
+/// Attention segment schemes: which keys each query sees, decided at compile time.
+///
+/// Every scheme here is *banded*: query position t sees the contiguous key range
+/// [key_begin(t, n), key_end(t, n)) of the n keys, and both ends are non-decreasing in t.
+/// That one property lets the tiled kernel skip whole key tiles (a fully masked tile costs
+/// nothing), mask only the tiles that straddle a band edge, and find, for a key tile, the
+/// query tiles that see it (backward). Queries are the last `query_count(n)` positions.
+///
+///   Causal                 τ ≤ t
+///   SlidingWindow<w>       t − w < τ ≤ t                                  (Cooper et al., Samba)
+///   EcpPairs<m>            segment j = ⌊t/m⌋ sees segment j−1 and the causal part of j (ECP)
+///   PerceiverCross<M>      queries only at the last M positions, causal over all keys (PerceiverAR)
+///   SSplit<s>              independent unmasked segments of length s (s-Split Double Attention)
+///   Bidirectional          every key (encoder / history block)
+
+#include <cstdint>
+#include <string_view>
+
+#include "../../core/error.hpp"
+#include "../../core/spaces.hpp"
+
+namespace hybridseq::kernels::attention {
+
+struct Causal {
+  static constexpr const char* name = "causal";
+  static constexpr bool decodable = true;
+  KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_begin(std::int64_t, std::int64_t) { return 0; }
+  KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_end(std::int64_t t, std::int64_t) { return t + 1; }
+  static constexpr std::int64_t query_count(std::int64_t n) { return n; }
+  static void check(std::string_view, std::int64_t) {}
+};
+
+template <int W>
+struct SlidingWindow {
+  static_assert(W >= 1, "hybridseq::kernels::attention::SlidingWindow: the window must be at least 1");
+  static constexpr const char* name = "sliding_window";
+  static constexpr int window = W;
+  static constexpr bool decodable = true;
+  KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_begin(std::int64_t t, std::int64_t) {
+    return t - W + 1 > 0 ? t - W + 1 : 0;
+  }
+  KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_end(std::int64_t t, std::int64_t) { return t + 1; }
+  static constexpr std::int64_t query_count(std::int64_t n) { return n; }
+  static void check(std::string_view, std::int64_t) {}
+};
+
+template <int M>
+struct EcpPairs {
+  static_assert(M >= 1, "hybridseq::kernels::attention::EcpPairs: the segment length must be at least 1");
+  static constexpr const char* name = "ecp";
+  static constexpr int segment = M;
+  static constexpr bool decodable = true;
+  KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_begin(std::int64_t t, std::int64_t) {
+    const std::int64_t j = t / M;
+    return j == 0 ? 0 : (j - 1) * M;
+  }
+  KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_end(std::int64_t t, std::int64_t) { return t + 1; }
+  static constexpr std::int64_t query_count(std::int64_t n) { return n; }
+  /// ECP splits n = s·m into whole segments.
+  static void check(std::string_view api, std::int64_t n) {
+    if (n % M != 0)
+      fail<config_error>(api, "ECP needs the sequence length to be a multiple of the segment length ", M,
+                         ", got T = ", n, " (pad to ", (n + M - 1) / M * M, ")");
+  }
+};
+
+template <int M>
+struct PerceiverCross {
+  static_assert(M >= 1, "hybridseq::kernels::attention::PerceiverCross: at least one latent");
+  static constexpr const char* name = "perceiver_cross";
+  static constexpr int latents = M;
+  static constexpr bool decodable = false;
+  KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_begin(std::int64_t, std::int64_t) { return 0; }
+  KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_end(std::int64_t t, std::int64_t) { return t + 1; }
+  static constexpr std::int64_t query_count(std::int64_t) { return M; }
+  static void check(std::string_view api, std::int64_t n) {
+    if (n < M)
+      fail<config_error>(api, "PerceiverAR cross-attention needs at least ", M, " positions (the latents), got T = ", n);
+  }
+};
+
+template <int S>
+struct SSplit {
+  static_assert(S >= 1, "hybridseq::kernels::attention::SSplit: the segment length must be at least 1");
+  static constexpr const char* name = "s_split";
+  static constexpr int segment = S;
+  static constexpr bool decodable = false;
+  KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_begin(std::int64_t t, std::int64_t) { return t / S * S; }
+  KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_end(std::int64_t t, std::int64_t n) {
+    return t / S * S + S < n ? t / S * S + S : n;
+  }
+  static constexpr std::int64_t query_count(std::int64_t n) { return n; }
+  static void check(std::string_view api, std::int64_t n) {
+    if (n % S != 0)
+      fail<config_error>(api, "s-Split needs the sequence length to be a multiple of the segment length ", S,
+                         ", got T = ", n);
+  }
+};
+
+struct Bidirectional {
+  static constexpr const char* name = "bidirectional";
+  static constexpr bool decodable = false;
+  KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_begin(std::int64_t, std::int64_t) { return 0; }
+  KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_end(std::int64_t, std::int64_t n) { return n; }
+  static constexpr std::int64_t query_count(std::int64_t n) { return n; }
+  static void check(std::string_view, std::int64_t) {}
+};
+
+/// Score entries a query sees, summed over all queries: the exact work of an ideal kernel.
+template <class Scheme>
+constexpr std::int64_t visible_entries(std::int64_t n) {
+  std::int64_t total = 0;
+  for (std::int64_t t = n - Scheme::query_count(n); t < n; ++t) total += Scheme::key_end(t, n) - Scheme::key_begin(t, n);
+  return total;
+}
+
+/// Score entries computed by a kernel tiled `tile` × `tile` (query tiles start at the first
+/// query, key tiles at key 0): partially visible tiles count whole. With tile = m this is
+/// the block count the ECP paper reports (2nm − m² for ECP).
+template <class Scheme>
+constexpr std::int64_t visited_entries(std::int64_t n, std::int64_t tile) {
+  const std::int64_t q0 = n - Scheme::query_count(n);
+  std::int64_t total = 0;
+  for (std::int64_t t0 = q0; t0 < n; t0 += tile) {
+    const std::int64_t t1 = t0 + tile < n ? t0 + tile : n;
+    const std::int64_t kb = Scheme::key_begin(t0, n) / tile * tile, ke = Scheme::key_end(t1 - 1, n);
+    for (std::int64_t k0 = kb; k0 < ke; k0 += tile) total += (t1 - t0) * ((k0 + tile < n ? k0 + tile : n) - k0);
+  }
+  return total;
+}
+
+}  // namespace hybridseq::kernels::attention

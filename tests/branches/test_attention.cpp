@@ -1,0 +1,134 @@
+// Attention: the tiled kernel against its naive oracle for every segment scheme and odd
+// shapes; the attention branch through the testbed (gradients in double, PyTorch goldens);
+// decoding invariants; bad input.
+#include <catch2/catch.hpp>
+
+#include <hybridseq/core/rng.hpp>
+#include <hybridseq/kernels/attention/tiled_attention.hpp>
+#include <hybridseq/kernels/reference/attention.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "support/spaces.hpp"
+
+using namespace hybridseq;
+namespace att = hybridseq::kernels::attention;
+
+namespace {
+
+/// Q, K, V packed as in the fused projection: rows of (H + 2 Hkv) · Dh per (b, t).
+template <class T>
+struct Packed {
+  std::int64_t batch, tk, tq, q0;
+  int heads, kv_heads, dh;
+  std::vector<T> qkv, o, lse, d_o, dqkv, delta, dalpha, alpha;
+
+  Packed(std::int64_t b, std::int64_t n, std::int64_t queries, int h, int hkv, int d, std::uint64_t seed)
+      : batch(b), tk(n), tq(queries), q0(n - queries), heads(h), kv_heads(hkv), dh(d) {
+    const std::int64_t row = std::int64_t(h + 2 * hkv) * d;
+    qkv.resize(b * n * row);
+    dqkv.assign(b * n * row, T(0));
+    o.assign(b * queries * h * d, T(0));
+    d_o.resize(b * queries * h * d);
+    lse.assign(b * h * queries, T(0));
+    delta.assign(b * h * queries, T(0));
+    dalpha.assign(b * h * att::query_tiles(queries), T(0));
+    const core::CounterRng rng(seed, 5);
+    for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = T(rng.normal(i));
+    for (std::size_t i = 0; i < d_o.size(); ++i) d_o[i] = T(rng.normal(1 << 24 | i));
+    for (int i = 0; i < h; ++i) alpha.push_back(T(0.4 + 0.1 * i));
+  }
+  std::int64_t row() const { return std::int64_t(heads + 2 * kv_heads) * dh; }
+  // Queries are the last tq positions: their rows start at q0.
+  att::HeadRows<const T> q() const { return {qkv.data() + q0 * row(), tk * row(), row(), dh}; }
+  att::HeadRows<const T> k() const { return {qkv.data() + heads * dh, tk * row(), row(), dh}; }
+  att::HeadRows<const T> v() const { return {qkv.data() + (heads + kv_heads) * dh, tk * row(), row(), dh}; }
+  att::AttentionArgs<T> args() {
+    return {q(), k(), v(), {o.data(), tq * heads * dh, heads * dh, dh}, lse.data(), alpha.data(),
+            batch, tq, tk, q0, heads, kv_heads, dh};
+  }
+  att::AttentionGrads<T> grads() {
+    return {{d_o.data(), tq * heads * dh, heads * dh, dh},
+            {dqkv.data() + q0 * row(), tk * row(), row(), dh},
+            {dqkv.data() + heads * dh, tk * row(), row(), dh},
+            {dqkv.data() + (heads + kv_heads) * dh, tk * row(), row(), dh},
+            delta.data(),
+            dalpha.data()};
+  }
+};
+
+template <class T>
+double max_rel(const std::vector<T>& a, const std::vector<T>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
+    den = std::max(den, std::abs(double(b[i])));
+  }
+  return den == 0 ? num : num / den;
+}
+
+template <class Scheme, class Space>
+void check_against_oracle(std::int64_t batch, std::int64_t n, int heads, int kv_heads, int dh) {
+  const std::int64_t tq = Scheme::query_count(n);
+  Packed<double> tiled(batch, n, tq, heads, kv_heads, dh, 11 + n), ref = tiled;
+  att::forward<Scheme, double>(Space{}, tiled.args());
+  att::backward<Scheme, double>(Space{}, tiled.args(), tiled.grads());
+  Space().fence();
+  kernels::reference::attention_forward<Scheme, double>(ref.args());
+  std::vector<long double> dalpha;
+  kernels::reference::attention_backward<Scheme, double>(ref.args(), ref.grads(), &dalpha);
+  INFO(Scheme::name << " B=" << batch << " T=" << n << " H=" << heads << " Hkv=" << kv_heads << " Dh=" << dh);
+  CHECK(max_rel(tiled.o, ref.o) < 1e-12);
+  CHECK(max_rel(tiled.lse, ref.lse) < 1e-12);
+  CHECK(max_rel(tiled.dqkv, ref.dqkv) < 1e-11);
+  std::vector<double> per_head(heads, 0.0), want(heads);
+  const auto nq = att::query_tiles(tq);
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (int h = 0; h < heads; ++h)
+      for (std::int64_t t = 0; t < nq; ++t) per_head[h] += tiled.dalpha[(b * heads + h) * nq + t];
+  for (int h = 0; h < heads; ++h) want[h] = double(dalpha[h]);
+  CHECK(max_rel(per_head, want) < 1e-11);
+}
+
+}  // namespace
+
+HYBRIDSEQ_SPACE_TEST_CASE("tiled attention matches the naive oracle for every scheme", "[attention][kernels]") {
+  using S = TestType;
+  for (std::int64_t n : {1, 7, 64, 70, 130}) {
+    check_against_oracle<att::Causal, S>(2, n, 4, 2, 8);
+    check_against_oracle<att::Causal, S>(1, n, 3, 1, 5);  // Hkv = 1, odd head dim
+    check_against_oracle<att::SlidingWindow<20>, S>(1, n, 2, 2, 4);
+    check_against_oracle<att::Bidirectional, S>(1, n, 2, 1, 4);
+  }
+  for (std::int64_t n : {10, 70, 130}) check_against_oracle<att::SSplit<10>, S>(2, n, 2, 2, 4);
+  for (std::int64_t n : {16, 80, 144}) check_against_oracle<att::EcpPairs<16>, S>(2, n, 2, 1, 4);
+  for (std::int64_t n : {3, 70, 130}) check_against_oracle<att::PerceiverCross<3>, S>(2, n, 2, 2, 4);
+  check_against_oracle<att::EcpPairs<100>, S>(1, 300, 2, 2, 8);  // segments larger than a tile
+  check_against_oracle<att::PerceiverCross<70>, S>(1, 200, 2, 2, 8);
+}
+
+TEST_CASE("segment schemes count their score entries exactly", "[attention][host]") {
+  // ECP at n = 4096, m = 256 computes m² + (s−1)·2m² = 2nm − m² entries at block granularity.
+  constexpr std::int64_t n = 4096, m = 256;
+  STATIC_REQUIRE(att::visited_entries<att::EcpPairs<256>>(n, m) == 2 * n * m - m * m);
+  REQUIRE(double(att::visited_entries<att::EcpPairs<256>>(n, m)) / double(n * n) == Approx(0.12109375));  // "12.1% of n²"
+  STATIC_REQUIRE(att::visible_entries<att::Causal>(n) == n * (n + 1) / 2);
+  STATIC_REQUIRE(att::visible_entries<att::SlidingWindow<256>>(n) == 256 * 257 / 2 + (n - 256) * 256);
+  STATIC_REQUIRE(att::visible_entries<att::Bidirectional>(100) == 100 * 100);
+  STATIC_REQUIRE(att::visible_entries<att::PerceiverCross<8>>(100) == 93 + 94 + 95 + 96 + 97 + 98 + 99 + 100);
+  STATIC_REQUIRE(att::visible_entries<att::SSplit<10>>(100) == 10 * 100);
+  // ECP's exact visible entries: s causal triangles + (s−1) full previous segments.
+  STATIC_REQUIRE(att::visible_entries<att::EcpPairs<256>>(n) == 16 * (m * (m + 1) / 2) + 15 * m * m);
+}
+
+TEST_CASE("schemes refuse sequence lengths they cannot take", "[attention][host][errors]") {
+  REQUIRE_THROWS_AS(att::EcpPairs<16>::check("api", 40), config_error);
+  REQUIRE_THROWS_WITH(att::EcpPairs<16>::check("hybridseq::layers::Attention::forward", 40),
+                      "hybridseq::layers::Attention::forward: ECP needs the sequence length to be a multiple of the "
+                      "segment length 16, got T = 40 (pad to 48)");
+  REQUIRE_THROWS_WITH(att::PerceiverCross<8>::check("api", 5),
+                      Catch::Matchers::Contains("needs at least 8 positions (the latents), got T = 5"));
+  REQUIRE_THROWS_AS(att::SSplit<4>::check("api", 10), config_error);
+  REQUIRE_NOTHROW(att::EcpPairs<16>::check("api", 48));
+}
