@@ -132,3 +132,149 @@ TEST_CASE("schemes refuse sequence lengths they cannot take", "[attention][host]
   REQUIRE_THROWS_AS(att::SSplit<4>::check("api", 10), config_error);
   REQUIRE_NOTHROW(att::EcpPairs<16>::check("api", 48));
 }
+
+// ---- the attention branch ----
+
+#include "cases/attention_cases.hpp"
+#include "support/testbed.hpp"
+
+HYBRIDSEQ_SPACE_TEST_CASE("attention branch: finite-difference gradients in double", "[attention][gradcheck]") {
+  cases::for_each_case(cases::AttentionCases{}, [&]<class Case>() {
+    DYNAMIC_SECTION(Case::name) { testing::check_gradients<Case, TestType>(1e-6); }
+  });
+}
+
+// Float tolerance: scores are sums of Dh products scaled by α (≈ 10 for cosine scores), and
+// softmax/gradients amplify their rounding by α; 1e-4 relative + 1e-5 absolute covers it
+// with margin while a wrong mask or head mapping is off by O(0.1) (see ATTENTION.md).
+HYBRIDSEQ_SPACE_TEST_CASE("attention branch: PyTorch goldens in float", "[attention][golden]") {
+  cases::for_each_case(cases::AttentionCases{}, [&]<class Case>() {
+    DYNAMIC_SECTION(Case::name) { testing::check_golden<Case, TestType>(1e-4, 1e-5); }
+  });
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("attention branch: save/load round trip", "[attention][io]") {
+  cases::for_each_case(cases::AttentionCases{}, [&]<class Case>() {
+    DYNAMIC_SECTION(Case::name) { testing::check_round_trip<Case, TestType>(); }
+  });
+}
+
+// ---- decoding ----
+
+namespace {
+
+template <class Layer, class Space>
+std::vector<double> run_forward(const Layer& layer, const Tensor<double***, Space>& x) {
+  core::Workspace<Space> ws;
+  Tensor<double***, Space> y("y", x.extent(0), x.extent(1), x.extent(2));
+  typename Layer::Saved saved;
+  layer.forward(ws, x, y, saved);
+  return testing::to_vector(y);
+}
+
+/// Runs positions [from, to) of x through prefill (one call) or steps (one call per token).
+template <class Layer, class Space>
+std::vector<double> run_decode(const Layer& layer, core::Workspace<Space>& ws, typename Layer::State& state,
+                               const Tensor<double***, Space>& x, std::int64_t from, std::int64_t to, bool as_steps) {
+  std::vector<double> out;
+  const auto chunk = [&](std::int64_t a, std::int64_t b) {
+    auto xs = Kokkos::subview(x, Kokkos::ALL, Kokkos::make_pair(a, b), Kokkos::ALL);
+    Tensor<double***, Space> xc("xc", x.extent(0), b - a, x.extent(2)), yc("yc", x.extent(0), b - a, x.extent(2));
+    Kokkos::deep_copy(xc, xs);
+    layer.prefill(ws, state, xc, yc);
+    return testing::to_vector(yc);
+  };
+  std::vector<std::vector<double>> pieces;
+  if (as_steps)
+    for (std::int64_t t = from; t < to; ++t) pieces.push_back(chunk(t, t + 1));
+  else if (to > from)
+    pieces.push_back(chunk(from, to));
+  // Reassemble (B, T, D) order from per-chunk (B, t, D) pieces.
+  const std::int64_t b = x.extent(0), d = x.extent(2);
+  out.resize(b * (to - from) * d);
+  std::int64_t t0 = 0;
+  for (const auto& p : pieces) {
+    const std::int64_t len = std::int64_t(p.size()) / (b * d);
+    for (std::int64_t i = 0; i < b; ++i)
+      for (std::int64_t t = 0; t < len; ++t)
+        for (std::int64_t j = 0; j < d; ++j) out[(i * (to - from) + t0 + t) * d + j] = p[(i * len + t) * d + j];
+    t0 += len;
+  }
+  return out;
+}
+
+template <class Layer, class Space>
+void check_decode_invariants(std::int64_t n) {
+  Layer layer;
+  core::initialize(layer, 3);
+  Tensor<double***, Space> x("x", 2, n, Layer::d_in);
+  core::fill(Space{}, core::flat(x), core::Init::normal(1.0), 9, 1);
+  const auto full = run_forward<Layer, Space>(layer, x);
+  const std::int64_t b = 2, d = Layer::d_out;
+  const auto slice = [&](const std::vector<double>& v, std::int64_t len, std::int64_t from, std::int64_t to) {
+    std::vector<double> out;
+    for (std::int64_t i = 0; i < b; ++i)
+      for (std::int64_t t = from; t < to; ++t)
+        for (std::int64_t j = 0; j < d; ++j) out.push_back(v[(i * len + t) * d + j]);
+    return out;
+  };
+  for (std::int64_t k : {std::int64_t(0), std::int64_t(1), n / 2, n}) {
+    core::Workspace<Space> ws;
+    auto state = layer.make_state(2, n + 4);
+    const auto head = run_decode<Layer, Space>(layer, ws, state, x, 0, k, false);
+    const auto tail = run_decode<Layer, Space>(layer, ws, state, x, k, n, true);
+    INFO("prefill " << k << " then " << (n - k) << " steps");
+    CHECK(max_rel(head, slice(full, n, 0, k)) < 1e-12);
+    CHECK(max_rel(tail, slice(full, n, k, n)) < 1e-12);
+  }
+  // Snapshot at k, wander off, restore: the same continuation. Truncate rolls back too.
+  core::Workspace<Space> ws;
+  auto state = layer.make_state(2, n + 4);
+  const std::int64_t k = n / 2;
+  run_decode<Layer, Space>(layer, ws, state, x, 0, k, false);
+  const auto snap = layer.snapshot(state);
+  const auto first = run_decode<Layer, Space>(layer, ws, state, x, k, n, true);
+  layer.restore(state, snap);
+  CHECK(state.length == k);
+  CHECK(run_decode<Layer, Space>(layer, ws, state, x, k, n, true) == first);
+  layer.truncate(state, k);
+  CHECK(run_decode<Layer, Space>(layer, ws, state, x, k, n, true) == first);
+  REQUIRE_THROWS_AS(layer.truncate(state, n + 1), value_error);
+}
+
+}  // namespace
+
+HYBRIDSEQ_SPACE_TEST_CASE("attention decoding: forward == prefill + steps; snapshot/restore", "[attention][decode]") {
+  using S = TestType;
+  using namespace layers;
+  check_decode_invariants<Attention<cases::gqa16, att::Causal, double, S>, S>(70);
+  check_decode_invariants<Attention<cases::cosine16, att::Causal, double, S>, S>(9);
+  check_decode_invariants<Attention<cases::neox8, att::SlidingWindow<4>, double, S>, S>(13);
+  check_decode_invariants<Attention<cases::small8, att::SlidingWindow<20>, double, S>, S>(70);
+  check_decode_invariants<Attention<cases::two_heads16_mqa, att::EcpPairs<3>, double, S>, S>(12);
+  check_decode_invariants<Attention<cases::small8, att::EcpPairs<16>, double, S>, S>(80);
+  static_assert(core::DecodableBranch<Attention<cases::gqa16, att::Causal, float, S>>);
+}
+
+TEST_CASE("attention refuses bad shapes, lengths and a full cache", "[attention][errors][host]") {
+  using S = Kokkos::Serial;
+  using namespace layers;
+  core::Workspace<S> ws;
+  Attention<cases::small8, att::EcpPairs<16>, float, S> ecp;
+  typename decltype(ecp)::Saved saved;
+  Tensor<float***, S> x("x", 1, 40, 8), y("y", 1, 40, 8);
+  REQUIRE_THROWS_WITH(ecp.forward(ws, x, y, saved), Catch::Matchers::Contains("hybridseq::layers::Attention::forward: ECP needs"));
+  Tensor<float***, S> xw("x", 1, 32, 9), yw("y", 1, 32, 8);
+  REQUIRE_THROWS_WITH(ecp.forward(ws, xw, yw, saved),
+                      "hybridseq::layers::Attention::forward: x is (1,32,9), expected (B,T,8)");
+  Attention<cases::two_heads16, att::PerceiverCross<3>, float, S> perceiver;
+  typename decltype(perceiver)::Saved ps;
+  Tensor<float***, S> xp("x", 2, 8, 16), yp_wrong("y", 2, 8, 16);
+  REQUIRE_THROWS_WITH(perceiver.forward(ws, xp, yp_wrong, ps),
+                      "hybridseq::layers::Attention::forward: y is (2,8,16), expected (2,3,16)");
+  Attention<cases::small8, att::Causal, float, S> causal;
+  auto state = causal.make_state(1, 4);
+  Tensor<float***, S> x5("x", 1, 5, 8), y5("y", 1, 5, 8);
+  REQUIRE_THROWS_WITH(causal.prefill(ws, state, x5, y5),
+                      Catch::Matchers::Contains("KV cache holds 4 positions; 0 used + 5 new exceeds it"));
+}

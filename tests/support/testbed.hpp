@@ -84,6 +84,11 @@ struct Harness {
     if constexpr (LossLayer<L>) return 0;
     else return L::d_out;
   }
+  /// Output rows for t input rows: attention schemes may answer only some queries.
+  static std::int64_t out_time(std::int64_t t) {
+    if constexpr (requires { typename L::scheme; }) return L::scheme::query_count(t);
+    else return t;
+  }
 
   void allocate(int b, int t) {
     batch = b, time = t;
@@ -92,8 +97,8 @@ struct Harness {
       dx = Tensor<T***, Space>("dx", b, t, d_in());
     }
     if constexpr (!LossLayer<L>) {
-      y = Tensor<T***, Space>("y", b, t, d_out());
-      dy = Tensor<T***, Space>("dy", b, t, d_out());
+      y = Tensor<T***, Space>("y", b, out_time(t), d_out());
+      dy = Tensor<T***, Space>("dy", b, out_time(t), d_out());
     }
     if constexpr (EmbeddingLayer<L> || LossLayer<L>) ids = Tensor<std::int32_t**, Space>("ids", b, t);
   }

@@ -4,6 +4,7 @@
 /// within the first r (rotary) dims of each head, dim i pairs with dim i + r/2, rotated by
 /// θ_i = p · base^(−2i/r) at position p; dims ≥ r pass through (partial rotary).
 
+#include <cmath>
 #include <cstdint>
 
 #include "../core/spaces.hpp"
@@ -68,15 +69,19 @@ void rope_table(const Space& exec, double base, std::int64_t offset, int rotary,
       detail::RopeTable<T, Space>{cos, sin, std::log(base), offset, rotary});
 }
 
-/// out = R(θ) in  (forward), or out += R(−θ) in  (backward: R is orthogonal).
+/// out = R(θ) in  (forward), or out += R(−θ) in  (backward: R is orthogonal), for heads
+/// [0, heads) of (B, T, H, Dh) views (all heads when heads < 0). In place is allowed when
+/// not accumulating.
 template <class T, bool Accumulate, class Space>
 void rope_apply(const Space& exec, TensorArg<const T****, Space> in, TensorArg<T****, Space> out,
-                TensorArg<const T**, Space> cos, TensorArg<const T**, Space> sin, int rotary, bool inverse) {
+                TensorArg<const T**, Space> cos, TensorArg<const T**, Space> sin, int rotary, bool inverse,
+                std::int64_t heads = -1) {
   if (in.size() == 0) return;
+  if (heads < 0) heads = std::int64_t(in.extent(2));
   Kokkos::parallel_for(
       "hybridseq::kernels::rope::apply",
       Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
-          exec, {0, 0, 0}, {std::int64_t(in.extent(0)), std::int64_t(in.extent(1)), std::int64_t(in.extent(2))}),
+          exec, {0, 0, 0}, {std::int64_t(in.extent(0)), std::int64_t(in.extent(1)), heads}),
       detail::RopeApply<T, Space, Accumulate>{in, out, cos, sin, rotary, inverse ? T(-1) : T(1)});
 }
 
