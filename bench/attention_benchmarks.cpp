@@ -1,0 +1,207 @@
+// Attention: the tiled kernel per segment scheme (forward, backward) against the machine's
+// sgemm and against full causal attention in the same run, and the attention branch
+// (projections included) for peak workspace and decoding.
+//
+// Counters:
+//   GFLOP/s     4·visible·Dh·H per forward (QKᵀ and PV over the visible score entries);
+//               backward counted as 2.5× forward (S recomputed, dV, dP, dQ, dK), as FlashAttention does
+//   vs_sgemm    GFLOP/s ÷ raw cblas_sgemm 2048³ GFLOP/s on the same threads, same run
+//   time_vs_full   time ÷ full-causal time at the same T, same run (sliding window, ECP)
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <map>
+#include <type_traits>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include <hybridseq/core.hpp>
+#include <hybridseq/kernels/attention/tiled_attention.hpp>
+#include <hybridseq/layers/attention.hpp>
+
+#include "registry.hpp"
+
+namespace hybridseq::bench {
+namespace {
+
+namespace att = kernels::attention;
+
+constexpr int heads = 8, head_dim = 64;
+
+template <class Space>
+int threads() {
+  return core::compat::concurrency(Space{});
+}
+
+/// Raw cblas_sgemm 2048³ GFLOP/s with the space's thread count, measured once per process.
+template <class Space>
+double sgemm_gflops() {
+  static double cached = 0;
+  if (cached > 0) return cached;
+  const int n = 2048;
+  std::vector<float> a(std::size_t(n) * n, 0.5f), b(std::size_t(n) * n, 0.25f), c(std::size_t(n) * n);
+  openblas_set_num_threads(threads<Space>());
+  double best = 1e30;
+  for (int r = 0; r < 3; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  kernels::detail::blas_threads(-1);
+  return cached = 2.0 * n * n * double(n) / best * 1e-9;
+}
+
+/// Q, K, V, O and gradients for one (B=1, T, H, Dh) problem, packed like the fused projection.
+template <class Space>
+struct Problem {
+  std::int64_t n, nq;
+  Tensor<float*, Space> qkv, o, lse, d_o, dqkv, delta;
+  Tensor<float*, Space> alpha;
+  explicit Problem(std::int64_t t)
+      : n(t), nq(att::query_tiles(t)),
+        qkv("qkv", t * 3 * heads * head_dim), o("o", t * heads * head_dim), lse("lse", heads * t),
+        d_o("do", t * heads * head_dim), dqkv("dqkv", t * 3 * heads * head_dim), delta("delta", heads * t),
+        alpha("alpha", heads) {
+    core::fill(Space{}, qkv, core::Init::normal(1.0), 1, 1);
+    core::fill(Space{}, d_o, core::Init::normal(1.0), 1, 2);
+    Kokkos::deep_copy(alpha, 0.125f);
+  }
+  std::int64_t row() const { return 3 * heads * head_dim; }
+  att::AttentionArgs<float> args() const {
+    return {{qkv.data(), n * row(), row(), head_dim},
+            {qkv.data() + heads * head_dim, n * row(), row(), head_dim},
+            {qkv.data() + 2 * heads * head_dim, n * row(), row(), head_dim},
+            {o.data(), n * heads * head_dim, heads * head_dim, head_dim},
+            lse.data(), alpha.data(), 1, n, n, 0, heads, heads, head_dim};
+  }
+  att::AttentionGrads<float> grads() const {
+    return {{d_o.data(), n * heads * head_dim, heads * head_dim, head_dim},
+            {dqkv.data(), n * row(), row(), head_dim},
+            {dqkv.data() + heads * head_dim, n * row(), row(), head_dim},
+            {dqkv.data() + 2 * heads * head_dim, n * row(), row(), head_dim},
+            delta.data(),
+            nullptr};
+  }
+};
+
+/// Seconds per call of each scheme's forward at each T, as measured by its own benchmark in
+/// this run: full causal's entry is what `time_vs_full` divides by.
+template <class Space>
+std::map<std::pair<std::string, std::int64_t>, double>& measured() {
+  static std::map<std::pair<std::string, std::int64_t>, double> m;
+  return m;
+}
+
+template <class Scheme, class Space, bool Backward>
+void kernel_benchmark(benchmark::State& state) {
+  const std::int64_t t = state.range(0);
+  Problem<Space> p(t);
+  const auto a = p.args();
+  const auto g = p.grads();
+  att::forward<Scheme, float>(Space{}, a);  // backward reads O and LSE; also a warm-up
+  Space().fence();
+  double total = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if constexpr (Backward) att::backward<Scheme, float>(Space{}, a, g);
+    else att::forward<Scheme, float>(Space{}, a);
+    Space().fence();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(s);
+    total += s;
+  }
+  const double secs = total / double(state.iterations());
+  const double flops = (Backward ? 2.5 : 1.0) * 4.0 * double(att::visible_entries<Scheme>(t)) * head_dim * heads;
+  state.counters["GFLOP/s"] = flops / secs * 1e-9;
+  state.counters["visible_entries"] = double(att::visible_entries<Scheme>(t));
+  state.counters["visible_vs_causal"] = double(att::visible_entries<Scheme>(t)) / double(att::visible_entries<att::Causal>(t));
+  state.counters["vs_sgemm"] = flops / secs * 1e-9 / sgemm_gflops<Space>();
+  if constexpr (!Backward) {
+    measured<Space>()[{Scheme::name, t}] = secs;
+    if constexpr (!std::is_same_v<Scheme, att::Causal>) {
+      const auto full = measured<Space>().find({att::Causal::name, t});
+      if (full != measured<Space>().end()) state.counters["time_vs_full"] = secs / full->second;
+    }
+  }
+}
+
+/// The attention branch (D = 512, H = 8, Dh = 64, GQA with 2 kv heads, RoPE): forward +
+/// backward with the exact peak of its workspace, and decoding throughput.
+template <class Scheme, class Space>
+using Branch = layers::Attention<layers::AttentionShape{512, heads, 2, head_dim, head_dim}, Scheme, float, Space>;
+
+template <class Scheme, class Space>
+void branch_fwd_bwd(benchmark::State& state) {
+  const std::int64_t t = state.range(0);
+  Branch<Scheme, Space> layer;
+  core::initialize(layer, 1);
+  core::Workspace<Space> ws;
+  Tensor<float***, Space> x("x", 1, t, 512), y("y", 1, t, 512), dy("dy", 1, t, 512), dx("dx", 1, t, 512);
+  core::fill(Space{}, core::flat(x), core::Init::normal(1.0), 1, 1);
+  core::fill(Space{}, core::flat(dy), core::Init::normal(1.0), 1, 2);
+  for (auto _ : state) {
+    core::WorkspaceScope scope(ws);
+    typename Branch<Scheme, Space>::Saved saved;
+    layer.forward(ws, x, y, saved);
+    layer.backward(ws, saved, dy, dx);
+    Space().fence();
+  }
+  state.counters["peak_workspace_bytes"] = double(ws.peak_bytes());
+  state.counters["peak_bytes_per_token"] = double(ws.peak_bytes()) / double(t);
+  state.counters["tokens/s"] = benchmark::Counter(double(t), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <class Scheme, class Space>
+void branch_step(benchmark::State& state) {
+  const std::int64_t t = state.range(0);
+  Branch<Scheme, Space> layer;
+  core::initialize(layer, 1);
+  core::Workspace<Space> ws;
+  auto cache = layer.make_state(1, t + 1);
+  Tensor<float***, Space> x("x", 1, t, 512), y("y", 1, t, 512), x1("x1", 1, 1, 512), y1("y1", 1, 1, 512);
+  core::fill(Space{}, core::flat(x), core::Init::normal(1.0), 1, 1);
+  layer.prefill(ws, cache, x, y);
+  for (auto _ : state) {
+    layer.step(ws, cache, x1, y1);
+    layer.truncate(cache, t);  // every step decodes position t against a cache of t tokens
+    Space().fence();
+  }
+  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <class Space>
+void register_space() {
+  const std::string sfx = std::string("/space:") + Space::name() + "/threads:" + std::to_string(threads<Space>());
+  const auto lengths = [](benchmark::internal::Benchmark* b) {
+    for (int t : {256, 1024, 4096, 8192}) b->Arg(t);
+    b->ArgName("T")->Unit(benchmark::kMillisecond)->UseManualTime();
+  };
+  // Full causal first: the other schemes' time_vs_full divide by its time from this run.
+  benchmark::RegisterBenchmark(("attention_fwd/causal" + sfx).c_str(), kernel_benchmark<att::Causal, Space, false>)->Apply(lengths);
+  benchmark::RegisterBenchmark(("attention_fwd/sliding_window:256" + sfx).c_str(),
+                               kernel_benchmark<att::SlidingWindow<256>, Space, false>)->Apply(lengths);
+  benchmark::RegisterBenchmark(("attention_fwd/ecp:256" + sfx).c_str(), kernel_benchmark<att::EcpPairs<256>, Space, false>)
+      ->Apply(lengths);
+  benchmark::RegisterBenchmark(("attention_bwd/causal" + sfx).c_str(), kernel_benchmark<att::Causal, Space, true>)->Apply(lengths);
+  benchmark::RegisterBenchmark(("attention_bwd/sliding_window:256" + sfx).c_str(),
+                               kernel_benchmark<att::SlidingWindow<256>, Space, true>)->Apply(lengths);
+  benchmark::RegisterBenchmark(("attention_bwd/ecp:256" + sfx).c_str(), kernel_benchmark<att::EcpPairs<256>, Space, true>)
+      ->Apply(lengths);
+  benchmark::RegisterBenchmark(("attention_branch_fwd_bwd/causal" + sfx).c_str(), branch_fwd_bwd<att::Causal, Space>)
+      ->Arg(1024)->Arg(4096)->Arg(8192)->ArgName("T")->Unit(benchmark::kMillisecond)->UseRealTime();
+  benchmark::RegisterBenchmark(("attention_step/causal" + sfx).c_str(), branch_step<att::Causal, Space>)
+      ->Arg(256)->Arg(1024)->Arg(4096)->Arg(8192)->ArgName("T")->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+
+void register_attention_benchmarks() {
+  register_space<Kokkos::Serial>();
+#if HYBRIDSEQ_HAS_OPENMP
+  register_space<Kokkos::OpenMP>();
+#endif
+}
+
+const Registration registration(&register_attention_benchmarks);
+
+}  // namespace
+}  // namespace hybridseq::bench
