@@ -309,9 +309,12 @@ def main(argv=None) -> int:
         write_case(out, name, seed, builder)
 
     import golden_adamw
+    import golden_attention
     import golden_io
 
     print(golden_adamw.write_adamw_golden(out))
+    for path in golden_attention.write_attention_goldens(out):
+        print(path)
     golden_io.write_io_goldens(out)
     cpp_path = os.path.join(out, "io_cpp_written.safetensors")
     if os.path.exists(cpp_path):
