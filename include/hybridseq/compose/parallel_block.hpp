@@ -1,0 +1,105 @@
+#pragma once
+/// \file
+/// ParallelBlock: N branches read the same input, a mixer combines their outputs (PHA's
+/// GSS ‖ attention ‖ FFN, Hymba's parallel heads, Falcon-H1's parallel attention + SSM).
+///
+///   h_b = Branch_b(x);   y = Mixer(h_1, …, h_N)
+///
+/// Branches are held in a flat tuple (constant instantiation depth). Backward runs the mixer
+/// backward, then each branch's backward accumulating into the same dx.
+
+#include <array>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "../core/check.hpp"
+#include "../core/concepts.hpp"
+#include "../core/flat_tuple.hpp"
+#include "../core/workspace.hpp"
+
+namespace hybridseq::compose {
+
+namespace detail {
+template <class First, class... Rest>
+struct first_of {
+  using type = First;
+};
+}  // namespace detail
+
+template <class Mixer, class... Branches>
+class ParallelBlock {
+  static_assert(sizeof...(Branches) >= 1, "hybridseq::compose::ParallelBlock: needs at least one branch");
+  using First = typename detail::first_of<Branches...>::type;
+  static_assert((core::Branch<Branches> && ...),
+                "hybridseq::compose::ParallelBlock: every branch must model hybridseq::core::Branch "
+                "(scalar_type, execution_space, d_in/d_out, Saved, forward)");
+  static_assert((std::is_same_v<typename Branches::scalar_type, typename First::scalar_type> && ...),
+                "hybridseq::compose::ParallelBlock: all branches must use the same scalar type");
+  static_assert((std::is_same_v<typename Branches::execution_space, typename First::execution_space> && ...),
+                "hybridseq::compose::ParallelBlock: all branches must use the same execution space");
+  static_assert(((Branches::d_in == First::d_in && Branches::d_out == First::d_out) && ...),
+                "hybridseq::compose::ParallelBlock: all branches must map the same width to the same width");
+  static_assert(core::Mixer<Mixer>, "hybridseq::compose::ParallelBlock: the mixer must model hybridseq::core::Mixer");
+  static_assert(Mixer::arity == int(sizeof...(Branches)),
+                "hybridseq::compose::ParallelBlock: the mixer's arity does not match the number of branches");
+  static_assert(std::is_same_v<typename Mixer::scalar_type, typename First::scalar_type>,
+                "hybridseq::compose::ParallelBlock: the mixer's scalar type differs from the branches'");
+
+  static constexpr int N = int(sizeof...(Branches));
+
+ public:
+  using scalar_type = typename First::scalar_type;
+  using execution_space = typename First::execution_space;
+  using T = scalar_type;
+  using Space = execution_space;
+  static constexpr int d_in = First::d_in;
+  static constexpr int d_out = First::d_out;
+  static constexpr int arity = N;
+
+  struct Options {};
+  struct Saved {
+    core::FlatTuple<typename Branches::Saved...> branch;
+    std::array<Tensor<T***, Space>, N> h;  // branch outputs (B, T, D)
+    typename Mixer::Saved mix;
+  };
+
+  explicit ParallelBlock(const Options& = {}) {}
+
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
+    core::check_shape("hybridseq::compose::ParallelBlock::forward", "x", x, core::B, core::T, core::dim(d_in));
+    core::for_each_indexed(branches_, [&](const auto& branch, auto i) {
+      s.h[i] = ws.template allocate<T***>("parallel_block.h", x.extent(0), x.extent(1), d_out);
+      branch.forward(ws, x, s.h[i], core::get<i>(s.branch));
+    });
+    mixer_.forward(s.h, y, s.mix);
+  }
+
+  void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
+    core::WorkspaceScope scope(ws);
+    std::array<Tensor<T***, Space>, N> dh;
+    for (auto& d : dh) d = ws.template allocate_zeroed<T***>("parallel_block.dh", dy.extent(0), dy.extent(1), d_out);
+    mixer_.backward(s.mix, dy, dh);
+    core::for_each_indexed(branches_, [&](auto& branch, auto i) { branch.backward(ws, core::get<i>(s.branch), dh[i], dx); });
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    core::for_each_indexed(branches_, [&](auto& branch, auto i) { visit(std::to_string(i()), branch); });
+    visit("mixer", mixer_);
+  }
+
+  /// The mixer's current weights (after training: which branch each layer relies on).
+  auto mixing_weights() const { return mixer_.weights(); }
+
+  template <std::size_t I>
+  auto& branch() {
+    return core::get<I>(branches_);
+  }
+
+ private:
+  core::FlatTuple<Branches...> branches_;
+  Mixer mixer_;
+};
+
+}  // namespace hybridseq::compose

@@ -1,0 +1,93 @@
+#pragma once
+/// \file
+/// SequentialBlock: layers applied one after another, y = L_n(…L_1(x)). Used for a branch
+/// followed by its own norm (PHA's per-branch RMSNorm) and for sequential ablations of
+/// parallel blocks.
+
+#include <array>
+#include <string>
+#include <type_traits>
+
+#include "../core/concepts.hpp"
+#include "../core/flat_tuple.hpp"
+#include "../core/workspace.hpp"
+
+namespace hybridseq::compose {
+
+template <class... Layers>
+class SequentialBlock {
+  static_assert(sizeof...(Layers) >= 1, "hybridseq::compose::SequentialBlock: needs at least one layer");
+  static_assert((core::Branch<Layers> && ...),
+                "hybridseq::compose::SequentialBlock: every layer must model hybridseq::core::Branch");
+  using Tuple = core::FlatTuple<Layers...>;
+  static constexpr int N = int(sizeof...(Layers));
+  using First = core::element_t<0, Tuple>;
+  using Last = core::element_t<N - 1, Tuple>;
+  static_assert((std::is_same_v<typename Layers::scalar_type, typename First::scalar_type> && ...),
+                "hybridseq::compose::SequentialBlock: all layers must use the same scalar type");
+  static_assert((std::is_same_v<typename Layers::execution_space, typename First::execution_space> && ...),
+                "hybridseq::compose::SequentialBlock: all layers must use the same execution space");
+  static constexpr bool widths_chain() {
+    constexpr std::array<int, N> in{Layers::d_in...}, out{Layers::d_out...};
+    for (int i = 1; i < N; ++i)
+      if (in[i] != out[i - 1]) return false;
+    return true;
+  }
+  static_assert(widths_chain(), "hybridseq::compose::SequentialBlock: each layer's d_in must equal the previous d_out");
+
+ public:
+  using scalar_type = typename First::scalar_type;
+  using execution_space = typename First::execution_space;
+  using T = scalar_type;
+  using Space = execution_space;
+  static constexpr int d_in = First::d_in;
+  static constexpr int d_out = Last::d_out;
+
+  struct Options {};
+  struct Saved {
+    core::FlatTuple<typename Layers::Saved...> layer;
+    std::array<Tensor<T***, Space>, N> out;  // intermediate outputs; out[N−1] is y's view
+  };
+
+  explicit SequentialBlock(const Options& = {}) {}
+
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
+    Tensor<const T***, Space> in = x;
+    core::for_each_indexed(layers_, [&](const auto& layer, auto i) {
+      using L = std::remove_cvref_t<decltype(layer)>;
+      if constexpr (i() + 1 == N) s.out[i] = y;
+      else s.out[i] = ws.template allocate<T***>("sequential_block.out", x.extent(0), x.extent(1), L::d_out);
+      layer.forward(ws, in, s.out[i], core::get<i>(s.layer));
+      in = s.out[i];
+    });
+  }
+
+  void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
+    core::WorkspaceScope scope(ws);
+    Tensor<const T***, Space> grad = dy;
+    backward_from<N - 1>(ws, s, grad, dx);
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    core::for_each_indexed(layers_, [&](auto& layer, auto i) { visit(std::to_string(i()), layer); });
+  }
+
+ private:
+  template <int I>
+  void backward_from(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> grad, Tensor<T***, Space> dx) {
+    auto& layer = core::get<I>(layers_);
+    if constexpr (I == 0) {
+      layer.backward(ws, core::get<0>(s.layer), grad, dx);
+    } else {
+      using L = std::remove_cvref_t<decltype(layer)>;
+      auto d_in_grad = ws.template allocate_zeroed<T***>("sequential_block.grad", grad.extent(0), grad.extent(1), L::d_in);
+      layer.backward(ws, core::get<I>(s.layer), grad, d_in_grad);
+      backward_from<I - 1>(ws, s, d_in_grad, dx);
+    }
+  }
+
+  Tuple layers_;
+};
+
+}  // namespace hybridseq::compose
