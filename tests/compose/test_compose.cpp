@@ -47,7 +47,42 @@ struct Sequential3 {
   static constexpr int batch = 2, time = 4;
 };
 
-using ComposeCases = CaseList<ParallelSoftplus, ParallelRawSoftplus, ParallelMean, Sequential3>;
+struct PreNormCase {
+  template <class T, class S>
+  using Layer = compose::PreNormResidual<Ffn<FfnShape{6, 10}, T, S>, RmsNorm<6, T, S>>;
+  static constexpr const char* name = "prenorm_residual";
+  static constexpr const char* golden = "";
+  static constexpr int batch = 2, time = 3;
+};
+struct DeepNormCase {
+  template <class T, class S>
+  using Layer = compose::DeepNorm<Ffn<FfnShape{6, 10}, T, S>, LayerNorm<6, T, S>>;
+  static constexpr const char* name = "deepnorm";
+  static constexpr const char* golden = "";
+  static constexpr int batch = 2, time = 3;
+  template <class L>
+  static typename L::Options options() {
+    typename L::Options o;
+    o.alpha = compose::deepnorm_alpha(3);
+    return o;
+  }
+};
+struct RepeatCase {
+  template <class T, class S>
+  using Layer = compose::Repeat<compose::PreNormResidual<Linear<LinearShape{6, 6}, T, S>, LayerNorm<6, T, S>>>;
+  static constexpr const char* name = "repeat3";
+  static constexpr const char* golden = "";
+  static constexpr int batch = 2, time = 3;
+  template <class L>
+  static typename L::Options options() {
+    typename L::Options o;
+    o.count = 3;
+    return o;
+  }
+};
+
+using ComposeCases =
+    CaseList<ParallelSoftplus, ParallelRawSoftplus, ParallelMean, Sequential3, PreNormCase, DeepNormCase, RepeatCase>;
 
 }  // namespace hybridseq::cases
 
@@ -76,4 +111,17 @@ TEST_CASE("softplus mixer starts at equal weights; names are stable", "[compose]
   core::initialize(raw, 1);
   for (double w : raw.mixing_weights()) REQUIRE(w == Approx(1.0));  // softplus(log(e − 1)) = 1
   static_assert(core::TrainableBranch<cases::ParallelSoftplus::Layer<float, S>>);
+}
+
+TEST_CASE("Repeat names blocks by index; DeepNorm constants", "[compose][host]") {
+  using S = Kokkos::Serial;
+  cases::RepeatCase::Layer<float, S> stack(cases::RepeatCase::options<cases::RepeatCase::Layer<float, S>>());
+  std::vector<std::string> names;
+  core::for_each_parameter(stack, [&](std::string_view n, auto&) { names.emplace_back(n); }, "blocks");
+  REQUIRE(names.size() == 3 * 4);
+  REQUIRE(names[0] == "blocks.0.norm.weight");
+  REQUIRE(names.back() == "blocks.2.block.bias");
+  REQUIRE(compose::deepnorm_alpha(6) == Approx(std::pow(12.0, 0.25)));
+  REQUIRE(compose::deepnorm_beta(6) == Approx(std::pow(48.0, -0.25)));
+  REQUIRE_THROWS_AS(decltype(stack)({.count = 0}), value_error);
 }

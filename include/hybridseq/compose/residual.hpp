@@ -1,0 +1,154 @@
+#pragma once
+/// \file
+/// Residual connections around a block f of width D.
+///
+///   PreNormResidual<f, Norm>:  y = x + f(Norm(x))                  (GPT-2/Llama pre-norm; Mamba "x + Mixer(RMSNorm(x))")
+///   DeepNorm<f, Norm>:         y = Norm(α·x + f(x)),  α = (2L)^{1/4}   (Wang et al. 2022, post-norm)
+///
+/// α is a runtime option (a float: a new depth must not make a new type); `deepnorm_alpha(L)`
+/// and `deepnorm_beta(L)` = (8L)^{−1/4} give the paper's values for an L-layer decoder.
+
+#include <cmath>
+#include <string>
+
+#include "../core/check.hpp"
+#include "../core/concepts.hpp"
+#include "../core/workspace.hpp"
+
+namespace hybridseq::compose {
+
+inline double deepnorm_alpha(int layers) { return std::pow(2.0 * layers, 0.25); }
+inline double deepnorm_beta(int layers) { return std::pow(8.0 * layers, -0.25); }
+
+namespace detail {
+template <class T, class Space>
+void add_scaled(Tensor<T***, Space> y, T a, Tensor<const T***, Space> x) {  // y += a·x
+  const auto fy = core::flat(y);
+  const auto fx = core::flat(x);
+  Kokkos::parallel_for(
+      "hybridseq::compose::residual_add", Kokkos::RangePolicy<Space>(0, fy.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i) { fy(i) += a * fx(i); });
+}
+
+template <class Block, class Norm>
+constexpr bool residual_compatible() {
+  static_assert(core::Branch<Block> && core::Branch<Norm>, "hybridseq::compose: residual parts must be Branches");
+  static_assert(Block::d_in == Block::d_out, "hybridseq::compose: a residual block must keep its width (d_in == d_out)");
+  static_assert(Norm::d_in == Block::d_in && Norm::d_out == Block::d_in,
+                "hybridseq::compose: the residual's norm must have the block's width");
+  static_assert(std::is_same_v<typename Block::scalar_type, typename Norm::scalar_type> &&
+                    std::is_same_v<typename Block::execution_space, typename Norm::execution_space>,
+                "hybridseq::compose: the block and its norm must share scalar type and execution space");
+  return true;
+}
+}  // namespace detail
+
+template <class Block, class Norm>
+class PreNormResidual {
+  static_assert(detail::residual_compatible<Block, Norm>());
+
+ public:
+  using scalar_type = typename Block::scalar_type;
+  using execution_space = typename Block::execution_space;
+  using T = scalar_type;
+  using Space = execution_space;
+  static constexpr int d_in = Block::d_in;
+  static constexpr int d_out = Block::d_out;
+
+  struct Options {
+    typename Block::Options block{};
+    typename Norm::Options norm{};
+  };
+  struct Saved {
+    typename Norm::Saved norm;
+    Tensor<T***, Space> normed;  // (B, T, D)
+    typename Block::Saved block;
+  };
+
+  explicit PreNormResidual(const Options& o = {}) : norm_(o.norm), block_(o.block) {}
+
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
+    s.normed = ws.template allocate<T***>("residual.normed", x.extent(0), x.extent(1), d_in);
+    norm_.forward(ws, x, s.normed, s.norm);
+    block_.forward(ws, s.normed, y, s.block);
+    detail::add_scaled<T, Space>(y, T(1), x);
+  }
+
+  void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
+    core::WorkspaceScope scope(ws);
+    auto dn = ws.template allocate_zeroed<T***>("residual.dnormed", dy.extent(0), dy.extent(1), d_in);
+    block_.backward(ws, s.block, dy, dn);
+    norm_.backward(ws, s.norm, dn, dx);
+    detail::add_scaled<T, Space>(dx, T(1), dy);
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit("norm", norm_);
+    visit("block", block_);
+  }
+  Block& block() { return block_; }
+
+ private:
+  Norm norm_;
+  Block block_;
+};
+
+template <class Block, class Norm>
+class DeepNorm {
+  static_assert(detail::residual_compatible<Block, Norm>());
+
+ public:
+  using scalar_type = typename Block::scalar_type;
+  using execution_space = typename Block::execution_space;
+  using T = scalar_type;
+  using Space = execution_space;
+  static constexpr int d_in = Block::d_in;
+  static constexpr int d_out = Block::d_out;
+
+  struct Options {
+    double alpha = 1.0;  // deepnorm_alpha(L)
+    typename Block::Options block{};
+    typename Norm::Options norm{};
+  };
+  struct Saved {
+    typename Block::Saved block;
+    Tensor<T***, Space> z;  // α·x + f(x)
+    typename Norm::Saved norm;
+  };
+
+  explicit DeepNorm(const Options& o = {}) : alpha_(o.alpha), block_(o.block), norm_(o.norm) {
+    if (!(o.alpha > 0) || !std::isfinite(o.alpha))
+      fail<value_error>("hybridseq::compose::DeepNorm", "alpha must be finite and > 0, got ", o.alpha);
+  }
+
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
+    s.z = ws.template allocate<T***>("deepnorm.z", x.extent(0), x.extent(1), d_in);
+    block_.forward(ws, x, s.z, s.block);
+    detail::add_scaled<T, Space>(s.z, T(alpha_), x);
+    norm_.forward(ws, s.z, y, s.norm);
+  }
+
+  void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
+    core::WorkspaceScope scope(ws);
+    auto dz = ws.template allocate_zeroed<T***>("deepnorm.dz", dy.extent(0), dy.extent(1), d_in);
+    norm_.backward(ws, s.norm, dy, dz);
+    block_.backward(ws, s.block, dz, dx);
+    detail::add_scaled<T, Space>(dx, T(alpha_), dz);
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit("block", block_);
+    visit("norm", norm_);
+  }
+  Block& block() { return block_; }
+  double alpha() const { return alpha_; }
+
+ private:
+  double alpha_;
+  Block block_;
+  Norm norm_;
+};
+
+}  // namespace hybridseq::compose
