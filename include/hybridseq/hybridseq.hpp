@@ -3,6 +3,7 @@
 /// hybridseq: header-only C++20 hybrid SSM/attention sequence models on Kokkos.
 /// Including this umbrella brings every module; each module also has its own umbrella.
 
+#include "compose.hpp"
 #include "core.hpp"
 #include "io.hpp"
 #include "kernels.hpp"
