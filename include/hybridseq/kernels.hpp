@@ -3,8 +3,11 @@
 /// Umbrella for hybridseq::kernels: GEMM facade and the Kokkos kernels of the layers.
 
 #include "kernels/activations.hpp"
+#include "kernels/attention/segment_schemes.hpp"
+#include "kernels/attention/tiled_attention.hpp"
 #include "kernels/bias.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/exp.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/norms.hpp"
 #include "kernels/rope.hpp"

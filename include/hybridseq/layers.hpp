@@ -3,6 +3,7 @@
 /// Umbrella for hybridseq::layers: the primitive layers.
 
 #include "layers/activation.hpp"
+#include "layers/attention.hpp"
 #include "layers/embedding.hpp"
 #include "layers/ffn.hpp"
 #include "layers/layer_norm.hpp"
