@@ -21,6 +21,7 @@
 #include <hybridseq/layers/attention.hpp>
 
 #include "registry.hpp"
+#include "support/timing.hpp"
 
 namespace hybridseq::bench {
 namespace {
@@ -172,7 +173,7 @@ void branch_step(benchmark::State& state) {
 
 template <class Space>
 void register_space() {
-  const std::string sfx = std::string("/space:") + Space::name() + "/threads:" + std::to_string(threads<Space>());
+  const std::string sfx = space_suffix<Space>();
   const auto lengths = [](benchmark::internal::Benchmark* b) {
     for (int t : {256, 1024, 4096, 8192}) b->Arg(t);
     b->ArgName("T")->Unit(benchmark::kMillisecond)->UseManualTime();

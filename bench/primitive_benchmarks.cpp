@@ -14,29 +14,10 @@
 #include "cases/primitive_cases.hpp"
 #include "registry.hpp"
 #include "support/bench_harness.hpp"
+#include "support/timing.hpp"
 
 namespace hybridseq::bench {
 namespace {
-
-template <class Space>
-std::string space_suffix() {
-  return std::string("/space:") + Space::name() + "/threads:" + std::to_string(core::compat::concurrency(Space{}));
-}
-
-/// Seconds per call of `f`, best of `repeats` batches of `iters` calls (fenced).
-template <class Space, class F>
-double seconds_per_call(F&& f, int iters, int repeats = 5) {
-  double best = 1e30;
-  f();
-  Space().fence();
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) f();
-    Space().fence();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
-  }
-  return best;
-}
 
 /// Raw cblas_sgemm (no hybridseq code) on the Linear's shape (rows × in) · (out × in)ᵀ,
 /// with as many BLAS threads as the execution space has.
@@ -51,7 +32,7 @@ void raw_sgemm(const std::vector<float>& a, const std::vector<float>& b, std::ve
 template <class Space>
 double sgemm_seconds(std::int64_t rows, int in, int out) {
   std::vector<float> a(rows * in, 0.5f), b(std::size_t(out) * in, 0.25f), c(rows * out);
-  const double s = seconds_per_call<Space>([&] { raw_sgemm<Space>(a, b, c, rows, in, out); }, 5);
+  const double s = seconds_per_call<Space>([&] { raw_sgemm<Space>(a, b, c, rows, in, out); }, 5, 5);
   kernels::detail::blas_threads(-1);  // the facade must set its own count again
   return s;
 }
@@ -84,7 +65,7 @@ void linear_forward_vs_sgemm(benchmark::State& state) {
     Space().fence();
   }
   const double rows = Case::bench_time, flops = Case::forward_flops(rows);
-  const double linear_s = seconds_per_call<Space>([&] { h.forward(); }, 5);
+  const double linear_s = seconds_per_call<Space>([&] { h.forward(); }, 5, 5);
   const double gemm_s = sgemm_seconds<Space>(Case::bench_time, L::d_in, L::d_out);
   state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["sgemm_GFLOP/s"] = flops / gemm_s * 1e-9;

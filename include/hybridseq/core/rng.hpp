@@ -55,15 +55,26 @@ struct CounterRng {
 /// How a parameter is initialised. Set by the layer that owns the parameter, from its
 /// runtime options; applied by `initialize` through the parameter visitor.
 struct Init {
-  enum class Kind { zeros, ones, constant, normal, uniform } kind = Kind::zeros;
-  double a = 0;  // normal: mean; uniform: low; constant: value
-  double b = 0;  // normal: std;  uniform: high
+  enum class Kind { zeros, ones, constant, normal, uniform, log_index, inverse_softplus_log_uniform } kind = Kind::zeros;
+  double a = 0;  // normal: mean; uniform: low; constant: value; log_index: period; inv. softplus: low
+  double b = 0;  // normal: std;  uniform: high; inv. softplus: high
+  double c = 0;  // inverse_softplus_log_uniform: floor
 
   static constexpr Init zeros() { return {Kind::zeros, 0, 0}; }
   static constexpr Init ones() { return {Kind::ones, 0, 0}; }
   static constexpr Init constant(double v) { return {Kind::constant, v, 0}; }
   static constexpr Init normal(double std, double mean = 0) { return {Kind::normal, mean, std}; }
   static constexpr Init uniform(double lo, double hi) { return {Kind::uniform, lo, hi}; }
+  /// Element i is log(1 + (i mod period)): S4D-real / Mamba's A_log, whose row d is
+  /// log(1..N) so that A = −exp(A_log) = −(1..N) (Gu et al. 2022, Mamba `A_log` init).
+  static constexpr Init log_index(std::int64_t period) {
+    return {Kind::log_index, static_cast<double>(period), 0};
+  }
+  /// Element i is softplus⁻¹(dt), dt = max(floor, exp(U(log lo, log hi))): Mamba's dt_proj.bias,
+  /// which makes softplus(bias) start log-uniform in [lo, hi] (Gu & Dao 2023, `dt_init`).
+  static constexpr Init inverse_softplus_log_uniform(double lo, double hi, double floor) {
+    return {Kind::inverse_softplus_log_uniform, lo, hi, floor};
+  }
 
   /// The same initialiser with its spread multiplied by `s` (DeepNorm's β scaling).
   constexpr Init scaled(double s) const {
@@ -89,6 +100,18 @@ struct FillInit {
       case Init::Kind::constant: v = init.a; break;
       case Init::Kind::normal: v = init.a + init.b * rng.normal(i); break;
       case Init::Kind::uniform: v = init.a + (init.b - init.a) * rng.uniform(i); break;
+      case Init::Kind::log_index: {
+        const auto period = static_cast<std::int64_t>(init.a);
+        v = math::log(1.0 + static_cast<double>(period > 0 ? i % period : i));
+        break;
+      }
+      case Init::Kind::inverse_softplus_log_uniform: {
+        const double log_lo = math::log(init.a), log_hi = math::log(init.b);
+        double dt = math::exp(log_lo + (log_hi - log_lo) * rng.uniform(i));
+        dt = dt < init.c ? init.c : dt;
+        v = dt + math::log(-math::expm1(-dt));  // softplus⁻¹(dt) = log(eᵈᵗ − 1), stable for small dt
+        break;
+      }
     }
     out(i) = static_cast<T>(v);
   }

@@ -32,6 +32,10 @@ concept Scalar = std::same_as<T, float> || std::same_as<T, double>;
 template <class DataType, ExecutionSpace Space>
 using Tensor = Kokkos::View<DataType, Kokkos::LayoutRight, typename Space::memory_space>;
 
+/// A strided tensor: e.g. a column slice of a row-major tensor (Mamba's B_t = x_proj(x)[..., R:R+N]).
+template <class DataType, ExecutionSpace Space>
+using StridedTensor = Kokkos::View<DataType, Kokkos::LayoutStride, typename Space::memory_space>;
+
 /// A tensor parameter of a kernel launcher. Non-deduced, so managed, unmanaged and
 /// non-const tensors all convert; launchers are called as `kernel<T>(exec, ...)`.
 template <class DataType, ExecutionSpace Space>

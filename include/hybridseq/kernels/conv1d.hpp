@@ -20,14 +20,6 @@
 
 namespace hybridseq {
 
-// A strided tensor: a column slice of a row-major tensor (B_t = x_proj output[..., R:R+N]).
-// Defined by both conv1d.hpp and selective_scan.hpp, whichever comes first; its natural home
-// is core/spaces.hpp next to Tensor.
-#ifndef HYBRIDSEQ_STRIDED_TENSOR_DEFINED
-#define HYBRIDSEQ_STRIDED_TENSOR_DEFINED
-template <class DataType, ExecutionSpace Space>
-using StridedTensor = Kokkos::View<DataType, Kokkos::LayoutStride, typename Space::memory_space>;
-#endif
 
 namespace kernels {
 

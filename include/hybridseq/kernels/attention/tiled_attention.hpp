@@ -119,10 +119,10 @@ void probabilities(T* s, const T* lse_row, std::int64_t p0, std::int64_t rows, s
     T* sr = s + r * tile_k;
     const T l = lse_row[r];
     if (interior) {
-      for (std::int64_t c = 0; c < cols; ++c) sr[c] = exp_polynomial(sr[c] - l);
+      for (std::int64_t c = 0; c < cols; ++c) sr[c] = exp_in_loop(sr[c] - l);
     } else {
       const std::int64_t kb = Scheme::key_begin(p0 + r, n) - k0, ke = Scheme::key_end(p0 + r, n) - k0;
-      for (std::int64_t c = 0; c < cols; ++c) sr[c] = (c >= kb && c < ke) ? exp_polynomial(sr[c] - l) : T(0);
+      for (std::int64_t c = 0; c < cols; ++c) sr[c] = (c >= kb && c < ke) ? exp_in_loop(sr[c] - l) : T(0);
     }
   }
 }
@@ -175,7 +175,7 @@ struct Forward {
         const T correction = math::exp(m[r] - mx);
         T sum = 0;
         for (std::int64_t c = 0; c < c0; ++c) sr[c] = 0;
-        for (std::int64_t c = c0; c < c1; ++c) sr[c] = exp_polynomial(sr[c] - mx);  // vectorises
+        for (std::int64_t c = c0; c < c1; ++c) sr[c] = exp_in_loop(sr[c] - mx);  // vectorises
         for (std::int64_t c = c0; c < c1; ++c) sum += sr[c];
         for (std::int64_t c = c1; c < cols; ++c) sr[c] = 0;
         l[r] = l[r] * correction + sum;
