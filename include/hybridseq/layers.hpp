@@ -9,5 +9,6 @@
 #include "layers/layer_norm.hpp"
 #include "layers/linear.hpp"
 #include "layers/lm_head_loss.hpp"
+#include "layers/mamba.hpp"
 #include "layers/rms_norm.hpp"
 #include "layers/rope.hpp"
