@@ -10,18 +10,17 @@
 ///   y_h[t] = Σ_{s≤t} K_h[t−s] u_h[s] + D_h u_h[t]                         (convolution form)
 ///          = Re Σ_n C̃_{h,n} s_{h,n}[t] + D_h u_h[t],  s[t] = e^{Λ} s[t−1] + u[t]  (recurrence form)
 ///
-/// Algorithms (measured on 2 cores, float, B=1, H=256, N=512; numbers in the comment at
-/// `DssAlgorithm`):
+/// Algorithms (measurements behind the default: bench/gss_benchmarks.cpp, `gss_mix/*`):
 ///  * `fft`: K (L, H) is one GEMM per chunk of ℓ with the Vandermonde matrix e^{Λ_n ℓ}
 ///    (generated in double, rounded to T), then a causal FFT convolution per channel,
-///    zero-padded to M ≥ 2L−1 (Eigen's FFT, kissfft backend). Backward: two FFT correlations
-///    give du and dK, and one GEMM per ℓ-chunk gives dC̃ and dΛ from dK. Cost O(H·N·L) in BLAS
-///    plus O(B·H·L log L); host spaces only (Eigen's FFT is host code).
+///    zero-padded to the power of two M ≥ 2L−1, with a lane-vectorised radix-4 FFT that
+///    carries 8 channels per transform. Backward: two FFT correlations give du and dK, and
+///    one GEMM per ℓ-chunk gives dC̃ and dΛ from dK. Cost O(H·N·L) in BLAS plus
+///    O(B·H·L log L); scratch O(L·H), never L×H×N.
 ///  * `scan`: the exact diagonal recurrence, one work item per (b, h), all N modes of a
 ///    channel in one inner loop. Backward re-runs the recurrence from checkpoints every
-///    `chunk` steps, kept per worker (never T×H×N), and runs the adjoint recurrence
-///    backwards. Cost O(B·H·N·L) flops; runs on any execution space and is also the
-///    decoding step (L = 1) and prefill.
+///    `chunk` steps, kept per worker (never L×H×N), and runs the adjoint recurrence
+///    backwards. Cost O(B·H·N·L) flops, not BLAS-shaped; it is also decoding (L = 1) and prefill.
 ///
 /// Complex quantities are stored as real tensors with separate real and imaginary parts.
 /// Gradients of complex quantities use the convention g = ∂L/∂Re z + i·∂L/∂Im z, for which
@@ -30,12 +29,9 @@
 /// at any thread count.
 
 #include <algorithm>
-#include <complex>
 #include <cstdint>
 #include <string>
 #include <type_traits>
-
-#include <unsupported/Eigen/FFT>
 
 #include "../core/check.hpp"
 #include "../core/spaces.hpp"
@@ -44,17 +40,26 @@
 
 namespace hybridseq::kernels {
 
-/// How the training/prefill path mixes the sequence.
+/// How the training path mixes the sequence.
 ///
-/// Measured with hybridseq-bench (gss_mix/*, float, B=1, H=256, N=512, 2 cores, OpenMP):
-/// see the table in bench/gss_benchmarks.cpp's header comment. `fft` is several times
-/// faster for forward+backward at every T measured, so it is the default on host spaces.
-/// `scan` stays because it earns its place three ways: it is the only path that runs on a
-/// non-host space (Eigen's FFT is host code), the recurrence *is* decoding (step and
-/// prefill), and as an independent algorithm it cross-checks `fft` in the tests.
+/// Measured with hybridseq-bench `gss_mix/*` (discretise + mix, float, B = 1, H = 256, N = 512,
+/// 2 cores; ms forward / backward):
+///            T = 256        T = 2048       T = 8192
+///   fft    1.7 / 3.4     12.8 / 21.2     54 / 92      (OpenMP, 2 threads)
+///   scan   8.8 / 81      63 / 656        251 / 2695
+///   fft    3.8 / 6.2     23.1 / 40.5     97 / 176     (Serial)
+///   scan  16.7 / 151    134 / 1290       532 / 4854
+/// `fft` is 5x faster forward and 24–32x faster backward at every T: its O(N) work per token
+/// is a BLAS GEMM shared by the whole batch, the scan's 11 (forward) and 37 (backward)
+/// flops per state element and batch row are not. So `fft` is the default. `scan` keeps its
+/// place because the recurrence *is* decoding (step), because it parallelises over (b, h)
+/// where `fft` has only H/8 channel groups (it is the default on non-host spaces), and
+/// because as an independent algorithm it cross-checks `fft` in the tests.
 enum class DssAlgorithm { fft, scan };
 
-constexpr const char* name_of(DssAlgorithm a) { return a == DssAlgorithm::fft ? "fft" : "scan"; }
+constexpr const char* name_of(DssAlgorithm a) {
+  return a == DssAlgorithm::fft ? "fft" : "scan";
+}
 
 /// The discretised modes read by every mixing kernel; computed from the parameters once per
 /// call by `dss_discretize`.
@@ -89,28 +94,28 @@ DssModeGrads<T, Space> allocate_dss_mode_grads(core::Workspace<Space>& ws, int h
           ws.template allocate_zeroed<T**>("dss.g_c", h, 2 * n)};
 }
 
-/// FFT length for a causal convolution of length L: the smallest M ≥ 2L − 1 that is a
-/// multiple of 4 (kissfft's fast real-input path) and 5-smooth (kissfft's fast radices).
-/// A power of two would waste up to 2x for L just above a power of two.
+/// FFT length for a causal convolution of length L: the smallest power of two M ≥ 2L − 1
+/// (wrap-free). Powers of two keep the lane FFT to radix-4/2 stages; the price is up to 2x
+/// padding when L is just above a power of two.
 inline std::int64_t dss_fft_size(std::int64_t length) {
-  const std::int64_t need = std::max<std::int64_t>(4, 2 * length - 1);
-  for (std::int64_t m = (need + 3) / 4 * 4;; m += 4) {
-    std::int64_t r = m;
-    for (const std::int64_t p : {2, 3, 5})
-      while (r % p == 0) r /= p;
-    if (r == 1) return m;
-  }
+  std::int64_t m = 1;
+  while (m < 2 * length - 1) m *= 2;
+  return m;
 }
 
 namespace detail {
 
 template <class Space>
-constexpr bool dss_host_space =
-    Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible;
+constexpr bool dss_host_space = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible;
 
-/// Below this, e^{Λℓ} is flushed to zero: far below float's and double's smallest normals'
-/// relevance, and it keeps the Vandermonde walk out of (slow) denormal arithmetic.
-inline constexpr double dss_flush = 1e-200;
+/// Entries of the Vandermonde block below T's smallest normal are stored as zero. Fast
+/// modes decay through float's denormal range within tens of steps, and denormal GEMM
+/// operands cost microcode assists: at T = 256 they tripled the whole mixing forward (17 → 5.7
+/// ms). The error is below 1.2e-38 (float) / 2.2e-308 (double) per entry.
+template <class T>
+KOKKOS_INLINE_FUNCTION T dss_flush(const double x) {
+  return math::fabs(x) < double(Kokkos::Experimental::norm_min<T>::value) ? T(0) : static_cast<T>(x);
+}
 
 // Per mode n: Λ, e^Λ, and C̃ for every channel; all in double, rounded once.
 template <class T, class Space>
@@ -179,41 +184,54 @@ struct DssDiscretizeBackward {
   }
 };
 
-// Rows [0, q) of the Vandermonde block starting at ℓ0, one mode per work item:
+// Rows [0, q) of the Vandermonde block starting at ℓ0:
 //   V(j, n) = Re e^{Λ_n ℓ},  V(j, N+n) = −Im e^{Λ_n ℓ},  ℓ = ℓ0 + j
 // and, when `weighted`, V(j, 2N+n), V(j, 3N+n) = the same times ℓ (for ∂K/∂Λ).
-// The walk multiplies by e^Λ in double from a directly computed start: relative error
-// ≈ q·1e-16, far below T's rounding.
+// One work item per block of `block` modes walks the rows, so writes are contiguous and the
+// mode loop vectorises. The walk multiplies by e^Λ in double from a directly computed start:
+// relative error ≈ q·1e-16, far below T's rounding.
 template <class T, class Space>
 struct DssVandermonde {
+  static constexpr int block = 32;
   Tensor<const double**, Space> lambda;  // (2, N)
   Tensor<T**, Space> v;                  // (q, 2N or 4N)
   std::int64_t l0, q;
   bool weighted;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t n) const {
-    const std::int64_t nn = lambda.extent(1);
-    const double re = lambda(0, n), im = lambda(1, n);
-    const double e = math::exp(re);
-    const double sr = e * math::cos(im), si = e * math::sin(im);
-    double pr = 0, pi = 0;
-    const double log_mag = re * double(l0);
-    if (log_mag > -460.0) {  // e^-460 ≈ 1e-200: the flush threshold
-      const double mag = math::exp(log_mag);
-      pr = mag * math::cos(im * double(l0));
-      pi = mag * math::sin(im * double(l0));
+  bool reverse = false;  // row q−1−j holds ℓ = ℓ0 + j (for Σ_j u[j] e^{Λ(L−1−j)})
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
+    const std::int64_t nn = lambda.extent(1), n0 = item * block;
+    const int w = int(nn - n0 < block ? nn - n0 : block);
+    double pr[block], pi[block], sr[block], si[block];
+    for (int k = 0; k < w; ++k) {
+      const double re = lambda(0, n0 + k), im = lambda(1, n0 + k);
+      const double e = math::exp(re);
+      sr[k] = e * math::cos(im);
+      si[k] = e * math::sin(im);
+      pr[k] = pi[k] = 0;
+      const double log_mag = re * double(l0);
+      if (log_mag > -690.0) {  // e^-690 ≈ 1e-300: zero for every T
+        const double mag = math::exp(log_mag);
+        pr[k] = mag * math::cos(im * double(l0));
+        pi[k] = mag * math::sin(im * double(l0));
+      }
     }
     for (std::int64_t j = 0; j < q; ++j) {
-      v(j, n) = static_cast<T>(pr);
-      v(j, nn + n) = static_cast<T>(-pi);
-      if (weighted) {
-        const double l = double(l0 + j);
-        v(j, 2 * nn + n) = static_cast<T>(l * pr);
-        v(j, 3 * nn + n) = static_cast<T>(-l * pi);
+      T* __restrict__ row = &v(reverse ? q - 1 - j : j, 0);
+      const T l = static_cast<T>(l0 + j);
+      for (int k = 0; k < w; ++k) {
+        const T vr = dss_flush<T>(pr[k]), vi = dss_flush<T>(-pi[k]);
+        row[n0 + k] = vr;
+        row[nn + n0 + k] = vi;
+        if (weighted) {  // |ℓ·v| ≥ |v| for ℓ ≥ 1, so these stay normal too
+          row[2 * nn + n0 + k] = l * vr;
+          row[3 * nn + n0 + k] = l * vi;
+        }
+        const double r = pr[k] * sr[k] - pi[k] * si[k], i = pr[k] * si[k] + pi[k] * sr[k];
+        // Below every normal the walk only decays further: stop it before double denormals.
+        const bool live = math::fabs(r) + math::fabs(i) >= 1e-300;
+        pr[k] = live ? r : 0.0;
+        pi[k] = live ? i : 0.0;
       }
-      const double r = pr * sr - pi * si;
-      pi = pr * si + pi * sr;
-      pr = r;
-      if (math::fabs(pr) + math::fabs(pi) < dss_flush) pr = pi = 0;
     }
   }
 };
@@ -282,11 +300,11 @@ KOKKOS_INLINE_FUNCTION T dss_recurrence_step(const std::int64_t n, const T* __re
 // and leaves the final state there.
 template <class T, class Space>
 struct DssScanForward {
-  Tensor<const T**, Space> a;    // (2, N)
-  Tensor<const T**, Space> c;    // (H, 2N)
-  Tensor<const T*, Space> d;     // (H)
-  Tensor<const T***, Space> u;   // (B, L, H)
-  Tensor<T***, Space> y;         // (B, L, H)
+  Tensor<const T**, Space> a;      // (2, N)
+  Tensor<const T**, Space> c;      // (H, 2N)
+  Tensor<const T*, Space> d;       // (H)
+  Tensor<const T***, Space> u;     // (B, L, H)
+  Tensor<T***, Space> y;           // (B, L, H)
   Tensor<T***, Space> s_re, s_im;  // (B, H, N)
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
     const std::int64_t hh = u.extent(2), nn = a.extent(1), len = u.extent(1);
@@ -313,15 +331,15 @@ struct DssScanForward {
 // reduced in a fixed order afterwards.
 template <class T, class Space>
 struct DssScanBackward {
-  Tensor<const T**, Space> a;    // (2, N)
-  Tensor<const T**, Space> c;    // (H, 2N)
-  Tensor<const T*, Space> d;     // (H)
-  Tensor<const T***, Space> u;   // (B, L, H)
-  Tensor<const T***, Space> dy;  // (B, L, H)
-  Tensor<T***, Space> du;        // (B, L, H) +=
-  Tensor<T**, Space> part_c;     // (B·H, 2N) ∂L/∂C̃ of the item
-  Tensor<T**, Space> part_a;     // (B·H, 2N) ∂L/∂a of the item
-  Tensor<T*, Space> part_d;      // (B·H)
+  Tensor<const T**, Space> a;      // (2, N)
+  Tensor<const T**, Space> c;      // (H, 2N)
+  Tensor<const T*, Space> d;       // (H)
+  Tensor<const T***, Space> u;     // (B, L, H)
+  Tensor<const T***, Space> dy;    // (B, L, H)
+  Tensor<T***, Space> du;          // (B, L, H) +=
+  Tensor<T**, Space> part_c;       // (B·H, 2N) ∂L/∂C̃ of the item
+  Tensor<T**, Space> part_a;       // (B·H, 2N) ∂L/∂a of the item
+  Tensor<T*, Space> part_d;        // (B·H)
   Tensor<T**, Space> checkpoints;  // (workers, ceil(L/Q)·2N)
   Tensor<T**, Space> chunk;        // (workers, Q·2N)
   Tensor<T**, Space> adjoint;      // (workers, 2N)
@@ -458,24 +476,125 @@ struct DssScanReduceA {  // g_a(·, n) += Σ_items part_a(item, ·); one item pe
   }
 };
 
-/// Eigen's FFT with kissfft keeps its plans and scratch inside the object, so it is not
-/// thread-safe; one per OS thread, kept for the thread's life, makes plans a one-time cost
-/// and keeps the hot path free of heap allocation after the first call per size.
-template <class T>
-Eigen::FFT<T>& thread_fft() {
-  thread_local Eigen::FFT<T> fft(typename Eigen::FFT<T>::impl_type(),
-                                 static_cast<typename Eigen::FFT<T>::Flag>(Eigen::FFT<T>::HalfSpectrum |
-                                                                           Eigen::FFT<T>::Unscaled));
-  return fft;
-}
+/// Power-of-two FFT on W lanes at once (lane l of element i at re[i·W + l], im[i·W + l]):
+/// radix-4 Stockham stages, plus one radix-2 stage when log2 M is odd; forward sign
+/// e^{−2πi/M}, unscaled. The lanes are neighbouring channels, so loading (L, H)-major data
+/// is a contiguous copy and every butterfly vectorises over lanes. It replaced Eigen's FFT
+/// (kissfft: one real channel per transform, strided gathers, plans cached per thread): the
+/// single-core mixing at T = 2048 went from 58 / 94 ms (forward / backward) to 23 / 41 ms.
+/// Power-of-two sizes only.
+template <class T, int W>
+struct LaneFft {
+  // The butterflies take their operands as restrict-qualified parameters: GCC ignores
+  // restrict on block-scope pointers, and without it the lane loops stay scalar.
+  KOKKOS_INLINE_FUNCTION static void radix2(const T* __restrict__ ar, const T* __restrict__ ai,
+                                            const T* __restrict__ br, const T* __restrict__ bi, T* __restrict__ y0r,
+                                            T* __restrict__ y0i, T* __restrict__ y1r, T* __restrict__ y1i, const T wr,
+                                            const T wi) {
+    for (int l = 0; l < W; ++l) {
+      const T dr = ar[l] - br[l], di = ai[l] - bi[l];
+      y0r[l] = ar[l] + br[l];
+      y0i[l] = ai[l] + bi[l];
+      y1r[l] = dr * wr - di * wi;
+      y1i[l] = dr * wi + di * wr;
+    }
+  }
 
-// Causal FFT convolution, host only. Worker w takes the contiguous channel range
-// [w·H/W, (w+1)·H/W) (neighbouring channels share cache lines of the strided gathers) and owns
-// a real buffer of M and half spectra of M/2 + 1 complex values: K's and x's (forward), K's,
-// x's, dy's and the dK accumulator's (backward).
+  // DFT-4 of (a, b, c, d): (a+c)+(b+d), (a−c)−i(b−d), (a+c)−(b+d), (a−c)+i(b−d); outputs 1–3
+  // times w1, w2, w3. Outputs are s·W apart.
+  KOKKOS_INLINE_FUNCTION static void radix4(const T* __restrict__ pa, const T* __restrict__ pai,
+                                            const T* __restrict__ pb, const T* __restrict__ pbi,
+                                            const T* __restrict__ pc, const T* __restrict__ pci,
+                                            const T* __restrict__ pd, const T* __restrict__ pdi, T* __restrict__ y0r,
+                                            T* __restrict__ y0i, T* __restrict__ y1r, T* __restrict__ y1i,
+                                            T* __restrict__ y2r, T* __restrict__ y2i, T* __restrict__ y3r,
+                                            T* __restrict__ y3i, const T w1r, const T w1i, const T w2r, const T w2i,
+                                            const T w3r, const T w3i) {
+    for (int l = 0; l < W; ++l) {
+      const T apcr = pa[l] + pc[l], apci = pai[l] + pci[l], amcr = pa[l] - pc[l], amci = pai[l] - pci[l];
+      const T bpdr = pb[l] + pd[l], bpdi = pbi[l] + pdi[l];
+      const T jr = pbi[l] - pdi[l], ji = pd[l] - pb[l];  // −i(b − d)
+      const T t1r = amcr + jr, t1i = amci + ji, t2r = apcr - bpdr, t2i = apci - bpdi;
+      const T t3r = amcr - jr, t3i = amci - ji;
+      y0r[l] = apcr + bpdr;
+      y0i[l] = apci + bpdi;
+      y1r[l] = t1r * w1r - t1i * w1i;
+      y1i[l] = t1r * w1i + t1i * w1r;
+      y2r[l] = t2r * w2r - t2i * w2i;
+      y2i[l] = t2r * w2i + t2i * w2r;
+      y3r[l] = t3r * w3r - t3i * w3i;
+      y3i[l] = t3r * w3i + t3i * w3r;
+    }
+  }
+
+  /// Transforms x, using y as the other ping-pong buffer; returns true when the result is in
+  /// x, false when it is in y. tw (2, M): ω^k = e^{−2πik/M}, real row then imaginary row.
+  KOKKOS_INLINE_FUNCTION static bool forward(const std::int64_t m, const T* __restrict__ twr, const T* __restrict__ twi,
+                                             T* xr, T* xi, T* yr, T* yi) {
+    std::int64_t n = m, s = 1;
+    bool in_x = true;
+    T *ar = xr, *ai = xi, *br = yr, *bi = yi;
+    auto swap = [&] {
+      T* t = ar;
+      ar = br, br = t;
+      t = ai;
+      ai = bi, bi = t;
+      in_x = !in_x;
+    };
+    int log2m = 0;
+    while ((std::int64_t(1) << log2m) < m) ++log2m;
+    if (log2m & 1) {
+      const std::int64_t h = n / 2;
+      for (std::int64_t p = 0; p < h; ++p)
+        for (std::int64_t q = 0; q < s; ++q) {
+          const std::int64_t i0 = (q + s * p) * W, i1 = (q + s * (p + h)) * W, o = (q + s * 2 * p) * W;
+          radix2(ar + i0, ai + i0, ar + i1, ai + i1, br + o, bi + o, br + o + s * W, bi + o + s * W, twr[p * s],
+                 twi[p * s]);
+        }
+      n = h, s *= 2;
+      swap();
+    }
+    for (; n > 1; n /= 4, s *= 4) {
+      const std::int64_t q4 = n / 4;
+      for (std::int64_t p = 0; p < q4; ++p) {
+        const T w1r = twr[p * s], w1i = twi[p * s], w2r = twr[2 * p * s], w2i = twi[2 * p * s];
+        const T w3r = twr[3 * p * s], w3i = twi[3 * p * s];
+        for (std::int64_t q = 0; q < s; ++q) {
+          const std::int64_t ia = (q + s * p) * W, ib = ia + s * q4 * W, ic = ib + s * q4 * W, id = ic + s * q4 * W;
+          const std::int64_t o0 = (q + s * 4 * p) * W, o1 = o0 + s * W, o2 = o1 + s * W, o3 = o2 + s * W;
+          radix4(ar + ia, ai + ia, ar + ib, ai + ib, ar + ic, ai + ic, ar + id, ai + id, br + o0, bi + o0, br + o1,
+                 bi + o1, br + o2, bi + o2, br + o3, bi + o3, w1r, w1i, w2r, w2i, w3r, w3i);
+        }
+      }
+      swap();
+    }
+    return in_x;
+  }
+};
+
+// ω^k = e^{−2πik/M} in double, rounded to T; one item per k.
+template <class T, class Space>
+struct DssTwiddles {
+  Tensor<T**, Space> tw;  // (2, M)
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t k) const {
+    const double a = -6.283185307179586476925 * double(k) / double(tw.extent(1));
+    tw(0, k) = static_cast<T>(math::cos(a));
+    tw(1, k) = static_cast<T>(math::sin(a));
+  }
+};
+
+// Causal FFT convolution. One group = 2W channels: channels [h0, h0+W) ride in the real
+// parts of W lanes and [h0+W, h0+2W) in the imaginary parts, so one complex transform
+// serves two real channels; spectra are separated by conjugate symmetry,
+//   X_a[f] = (Z[f] + conj Z[−f]) / 2,   X_b[f] = (Z[f] − conj Z[−f]) / 2i,
+// and recombined as Y = Y_a + i·Y_b, whose inverse has y_a in its real and y_b in its
+// imaginary part. Inverses are forward transforms of conjugates: x = conj(FFT(conj X))/M.
+// Worker w owns 3 (forward) or 5 (backward) complex lane buffers of M; groups are dealt out
+// round-robin.
 template <class T, class Space>
 struct DssConvFft {
-  using C = std::complex<T>;
+  static constexpr int W = 4;  // lanes: 2.5x over kissfft; wider lanes spill L2 at M = 16384
+  using Fft = LaneFft<T, W>;
   Tensor<const T**, Space> k;    // (L, H)
   Tensor<const T***, Space> u;   // (B, L, H)
   Tensor<const T*, Space> d;     // (H)
@@ -483,67 +602,182 @@ struct DssConvFft {
   Tensor<T***, Space> out;       // forward: y (B, L, H) =; backward: du +=
   Tensor<T**, Space> dk;         // backward only: (L, H) =
   Tensor<T*, Space> dd;          // backward only: (H) +=
-  Tensor<T**, Space> scratch;    // (workers, dss_fft_scratch(M, backward))
+  Tensor<const T**, Space> tw;   // (2, M)
+  Tensor<T**, Space> scratch;    // (workers, buffers · 2·M·W)
   std::int64_t m, workers;
   bool backward;
 
-  // Written out: std::complex's operator* carries C99 Annex G NaN-recovery branches.
-  static C mul(const C& x, const C& y) {
-    return C(x.real() * y.real() - x.imag() * y.imag(), x.real() * y.imag() + x.imag() * y.real());
-  }
-  static C conj_mul(const C& x, const C& y) {  // conj(x)·y
-    return C(x.real() * y.real() + x.imag() * y.imag(), x.real() * y.imag() - x.imag() * y.real());
+  static constexpr int buffers(bool backward) { return backward ? 5 : 3; }
+
+  struct Buf {  // one complex lane buffer
+    T *re, *im;
+  };
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t w) const {
+    const std::int64_t hh = k.extent(1), groups = (hh + 2 * W - 1) / (2 * W);
+    T* base = &scratch(w, 0);
+    Buf buf[5];
+    for (int i = 0; i < buffers(backward); ++i) buf[i] = {base + 2 * i * m * W, base + (2 * i + 1) * m * W};
+    for (std::int64_t g = w; g < groups; g += workers) {
+      if (backward)
+        run_backward(g * 2 * W, buf);
+      else
+        run_forward(g * 2 * W, buf);
+    }
   }
 
-  void operator()(const std::int64_t w) const {
-    const std::int64_t hh = k.extent(1), len = k.extent(0), bb = u.extent(0), half = m / 2 + 1;
-    const std::int64_t h0 = w * hh / workers, h1 = (w + 1) * hh / workers;
-    T* buf = &scratch(w, 0);
-    C* kf = reinterpret_cast<C*>(buf + m);
-    C* xf = kf + half;
-    C* gf = xf + half;
-    Eigen::FFT<T>& fft = thread_fft<T>();
-    const T scale = T(1) / T(m);
-    auto transform = [&](C* spectrum, auto&& value) {
-      for (std::int64_t t = 0; t < len; ++t) buf[t] = value(t);
-      for (std::int64_t t = len; t < m; ++t) buf[t] = T(0);
-      fft.fwd(spectrum, buf, m);
-    };
-    for (std::int64_t h = h0; h < h1; ++h) {
-      // K's spectrum carries the 1/M of the unscaled inverse transform; every product
-      // below has exactly one factor from kf or is rescaled (dK) on the way out.
-      transform(kf, [&](std::int64_t t) { return scale * k(t, h); });
-      const T dh = d(h);
-      if (!backward) {
-        for (std::int64_t b = 0; b < bb; ++b) {
-          transform(xf, [&](std::int64_t t) { return u(b, t, h); });
-          for (std::int64_t f = 0; f < half; ++f) xf[f] = mul(xf[f], kf[f]);
-          fft.inv(buf, xf, m);
-          for (std::int64_t t = 0; t < len; ++t) out(b, t, h) = buf[t] + dh * u(b, t, h);
-        }
-        continue;
+  // Transforms buffer `x` (using `y` as ping-pong); afterwards x holds the spectrum.
+  KOKKOS_INLINE_FUNCTION void transform(Buf& x, Buf& y) const {
+    if (!Fft::forward(m, &tw(0, 0), &tw(1, 0), x.re, x.im, y.re, y.im)) {
+      const Buf t = x;
+      x = y;
+      y = t;
+    }
+  }
+
+  // Loads channels (h0 + l) into real parts and (h0 + W + l) into imaginary parts, zero-padded.
+  // `src` points at (t = 0, h = 0) of an (L, H) row-major slice. Full groups take a
+  // branch-free path (the common case: H a multiple of 8).
+  KOKKOS_INLINE_FUNCTION void load(const Buf& x, const std::int64_t h0, const T* src) const {
+    const std::int64_t hh = k.extent(1), len = k.extent(0);
+    if (h0 + 2 * W <= hh) {
+      for (std::int64_t t = 0; t < len; ++t) {
+        const T* __restrict__ row = src + t * hh + h0;
+        T* __restrict__ re = x.re + t * W;
+        T* __restrict__ im = x.im + t * W;
+        for (int l = 0; l < W; ++l) re[l] = row[l], im[l] = row[W + l];
       }
-      // Backward: correlations, as inverse transforms of conj(A)·B:
-      //   du[s] = Σ_j K[j] dy[s+j],   dK[ℓ] = Σ_b Σ_j u[j] dy[j+ℓ]   (no wrap: s + j ≤ 2L−2 < M)
-      C* dkf = gf + half;
-      for (std::int64_t f = 0; f < half; ++f) dkf[f] = C(0);
-      T gd = 0;
-      for (std::int64_t b = 0; b < bb; ++b) {
-        transform(gf, [&](std::int64_t t) { return dy(b, t, h); });
-        transform(xf, [&](std::int64_t t) { return u(b, t, h); });
-        for (std::int64_t f = 0; f < half; ++f) {
-          dkf[f] += conj_mul(xf[f], gf[f]);
-          xf[f] = conj_mul(kf[f], gf[f]);
+    } else {
+      for (std::int64_t t = 0; t < len; ++t)
+        for (int l = 0; l < W; ++l) {
+          x.re[t * W + l] = h0 + l < hh ? src[t * hh + h0 + l] : T(0);
+          x.im[t * W + l] = h0 + W + l < hh ? src[t * hh + h0 + W + l] : T(0);
         }
-        fft.inv(buf, xf, m);
-        for (std::int64_t t = 0; t < len; ++t) {
-          out(b, t, h) += buf[t] + dh * dy(b, t, h);
-          gd += dy(b, t, h) * u(b, t, h);
-        }
+    }
+    for (std::int64_t i = len * W; i < m * W; ++i) x.re[i] = x.im[i] = T(0);
+  }
+
+  // dst(t, h0 + l) (+)= re(t, l) + D·v(t, h0 + l), dst(t, h0 + W + l) (+)= −im(t, l) + D·v(…):
+  // the inverse transform's conjugate, plus the skip term.
+  template <bool Accumulate>
+  KOKKOS_INLINE_FUNCTION void store(const Buf& y, const std::int64_t h0, T* dst, const T* v) const {
+    const std::int64_t hh = k.extent(1), len = k.extent(0);
+    for (std::int64_t t = 0; t < len; ++t) {
+      T* __restrict__ row = dst + t * hh + h0;
+      const T* __restrict__ vrow = v + t * hh + h0;
+      for (int l = 0; l < 2 * W; ++l) {
+        if (h0 + l >= hh) break;
+        const T val = (l < W ? y.re[t * W + l] : -y.im[t * W + l - W]) + d(h0 + l) * vrow[l];
+        if (Accumulate)
+          row[l] += val;
+        else
+          row[l] = val;
       }
-      fft.inv(buf, dkf, m);
-      for (std::int64_t t = 0; t < len; ++t) dk(t, h) = scale * buf[t];
-      dd(h) += gd;
+    }
+  }
+
+  // Spectrum of the forward pair at bin f from the K and u pair spectra at f and −f:
+  // Y = K_a·U_a + i·K_b·U_b = ¼[(P + P̄′)(Q + Q̄′) − i(P − P̄′)(Q − Q̄′)], P = Ẑ_k[f],
+  // P̄′ = conj Ẑ_k[−f] (likewise Q for u); stores conj(Y)/M (c = 1/4M) for the inverse.
+  // Restrict-qualified parameters, as in LaneFft, so that the lane loop vectorises.
+  KOKKOS_INLINE_FUNCTION static void combine_forward(const T* __restrict__ kr, const T* __restrict__ ki,
+                                                     const T* __restrict__ kmr, const T* __restrict__ kmi,
+                                                     const T* __restrict__ xr, const T* __restrict__ xi,
+                                                     const T* __restrict__ xmr, const T* __restrict__ xmi,
+                                                     T* __restrict__ yr, T* __restrict__ yi, const T c) {
+    for (int l = 0; l < W; ++l) {
+      const T ar = kr[l] + kmr[l], ai = ki[l] - kmi[l], br = kr[l] - kmr[l], bi = ki[l] + kmi[l];
+      const T cr = xr[l] + xmr[l], ci = xi[l] - xmi[l], dr = xr[l] - xmr[l], di = xi[l] + xmi[l];
+      const T acr = ar * cr - ai * ci, aci = ar * ci + ai * cr;
+      const T bdr = br * dr - bi * di, bdi = br * di + bi * dr;
+      yr[l] = c * (acr + bdi);
+      yi[l] = -c * (aci - bdr);
+    }
+  }
+
+  // Backward at bin f: unpacks X_a = (Z[f] + conj Z[−f])/2, X_b = −i(Z[f] − conj Z[−f])/2 for
+  // K, dy (G) and u, stores conj(conj(K_a)·G_a + i·conj(K_b)·G_b)/M (the du pair, for the
+  // inverse) and accumulates conj(U_a)·G_a + i·conj(U_b)·G_b (the dK pair).
+  KOKKOS_INLINE_FUNCTION static void combine_backward(
+      const T* __restrict__ kr, const T* __restrict__ ki, const T* __restrict__ kmr, const T* __restrict__ kmi,
+      const T* __restrict__ gr, const T* __restrict__ gi, const T* __restrict__ gmr, const T* __restrict__ gmi,
+      const T* __restrict__ ur, const T* __restrict__ ui, const T* __restrict__ umr, const T* __restrict__ umi,
+      T* __restrict__ yr, T* __restrict__ yi, T* __restrict__ accr, T* __restrict__ acci, const T inv_m) {
+    const T half = T(0.5);
+    for (int l = 0; l < W; ++l) {
+      const T kar = half * (kr[l] + kmr[l]), kai = half * (ki[l] - kmi[l]);
+      const T kbr = half * (ki[l] + kmi[l]), kbi = -half * (kr[l] - kmr[l]);
+      const T gar = half * (gr[l] + gmr[l]), gai = half * (gi[l] - gmi[l]);
+      const T gbr = half * (gi[l] + gmi[l]), gbi = -half * (gr[l] - gmr[l]);
+      const T uar = half * (ur[l] + umr[l]), uai = half * (ui[l] - umi[l]);
+      const T ubr = half * (ui[l] + umi[l]), ubi = -half * (ur[l] - umr[l]);
+      const T dar = kar * gar + kai * gai, dai = kar * gai - kai * gar;
+      const T dbr = kbr * gbr + kbi * gbi, dbi = kbr * gbi - kbi * gbr;
+      yr[l] = inv_m * (dar - dbi);
+      yi[l] = -inv_m * (dai + dbr);
+      const T ear = uar * gar + uai * gai, eai = uar * gai - uai * gar;
+      const T ebr = ubr * gbr + ubi * gbi, ebi = ubr * gbi - ubi * gbr;
+      accr[l] += ear - ebi;
+      acci[l] += eai + ebr;
+    }
+  }
+
+  KOKKOS_INLINE_FUNCTION void run_forward(const std::int64_t h0, Buf* buf) const {
+    Buf zk = buf[0], x = buf[1], y = buf[2];
+    load(zk, h0, k.data());
+    transform(zk, y);
+    const T c = T(1) / T(4 * m);
+    for (std::int64_t b = 0; b < std::int64_t(u.extent(0)); ++b) {
+      load(x, h0, &u(b, 0, 0));
+      transform(x, y);
+      for (std::int64_t f = 0; f < m; ++f) {
+        const std::int64_t i = f * W, j = ((m - f) & (m - 1)) * W;
+        combine_forward(zk.re + i, zk.im + i, zk.re + j, zk.im + j, x.re + i, x.im + i, x.re + j, x.im + j, y.re + i,
+                        y.im + i, c);
+      }
+      transform(y, x);
+      store<false>(y, h0, &out(b, 0, 0), &u(b, 0, 0));
+    }
+  }
+
+  // Backward: correlations, as inverse transforms of conj(A)·B per channel:
+  //   du[s] = Σ_j K[j] dy[s+j],   dK[ℓ] = Σ_b Σ_j u[j] dy[j+ℓ]   (no wrap: s + j ≤ 2L−2 < M)
+  KOKKOS_INLINE_FUNCTION void run_backward(const std::int64_t h0, Buf* buf) const {
+    const std::int64_t hh = k.extent(1), len = k.extent(0);
+    Buf zk = buf[0], zg = buf[1], zu = buf[2], acc = buf[3], y = buf[4];
+    load(zk, h0, k.data());
+    transform(zk, y);
+    for (std::int64_t i = 0; i < m * W; ++i) acc.re[i] = acc.im[i] = T(0);
+    T gd[2 * W] = {};
+    const T inv_m = T(1) / T(m);
+    for (std::int64_t b = 0; b < std::int64_t(u.extent(0)); ++b) {
+      load(zg, h0, &dy(b, 0, 0));
+      load(zu, h0, &u(b, 0, 0));
+      for (std::int64_t t = 0; t < len; ++t)
+        for (int l = 0; l < W; ++l) {
+          gd[l] += zg.re[t * W + l] * zu.re[t * W + l];
+          gd[W + l] += zg.im[t * W + l] * zu.im[t * W + l];
+        }
+      transform(zg, y);
+      transform(zu, y);
+      for (std::int64_t f = 0; f < m; ++f) {
+        const std::int64_t i = f * W, j = ((m - f) & (m - 1)) * W;
+        combine_backward(zk.re + i, zk.im + i, zk.re + j, zk.im + j, zg.re + i, zg.im + i, zg.re + j, zg.im + j,
+                         zu.re + i, zu.im + i, zu.re + j, zu.im + j, y.re + i, y.im + i, acc.re + i, acc.im + i, inv_m);
+      }
+      transform(y, zg);
+      store<true>(y, h0, &out(b, 0, 0), &dy(b, 0, 0));
+    }
+    for (std::int64_t i = 0; i < m * W; ++i) acc.re[i] *= inv_m, acc.im[i] *= -inv_m;  // conj(·)/M
+    transform(acc, y);
+    for (std::int64_t t = 0; t < len; ++t)
+      for (int l = 0; l < W; ++l) {
+        if (h0 + l < hh) dk(t, h0 + l) = acc.re[t * W + l];
+        if (h0 + W + l < hh) dk(t, h0 + W + l) = -acc.im[t * W + l];
+      }
+    for (int l = 0; l < W; ++l) {
+      if (h0 + l < hh) dd(h0 + l) += gd[l];
+      if (h0 + W + l < hh) dd(h0 + W + l) += gd[W + l];
     }
   }
 };
@@ -555,8 +789,28 @@ auto rows(const View& v, std::int64_t r0, std::int64_t r1) {
   return M(v.data() + r0 * v.extent(1), r1 - r0, v.extent(1));
 }
 
-/// Reals per FFT worker: the real buffer and 2 (forward) or 4 (backward) half spectra.
-inline std::int64_t dss_fft_scratch(std::int64_t m, bool backward) { return m + (backward ? 8 : 4) * (m / 2 + 1); }
+/// Reals per FFT worker: 3 (forward) or 5 (backward) complex lane buffers of M.
+template <class T, class Space>
+std::int64_t dss_fft_scratch(std::int64_t m, bool backward) {
+  return DssConvFft<T, Space>::buffers(backward) * 2 * m * DssConvFft<T, Space>::W;
+}
+
+/// Launches the FFT convolution (forward or backward) over channel groups.
+template <class T, class Space>
+void dss_conv_fft_launch(const Space& exec, core::Workspace<Space>& ws, DssConvFft<T, Space> f, const char* label) {
+  core::WorkspaceScope scope(ws);
+  const std::int64_t len = f.k.extent(0), h = f.k.extent(1);
+  const std::int64_t m = dss_fft_size(len),
+                     groups = (h + 2 * DssConvFft<T, Space>::W - 1) / (2 * DssConvFft<T, Space>::W);
+  auto tw = ws.template allocate<T**>("dss.twiddles", 2, m);
+  Kokkos::parallel_for("hybridseq::kernels::dss::twiddles", Kokkos::RangePolicy<Space>(exec, 0, m),
+                       DssTwiddles<T, Space>{tw});
+  f.m = m;
+  f.tw = tw;
+  f.workers = std::min<std::int64_t>(core::compat::concurrency(exec), groups);
+  f.scratch = ws.template allocate<T**>("dss.fft_scratch", f.workers, dss_fft_scratch<T, Space>(m, f.backward));
+  Kokkos::parallel_for(label, Kokkos::RangePolicy<Space, Kokkos::Schedule<Kokkos::Static>>(exec, 0, f.workers), f);
+}
 
 inline std::int64_t dss_vandermonde_chunk(std::int64_t chunk, std::int64_t len) {
   return std::max<std::int64_t>(1, std::min(chunk, len));
@@ -567,7 +821,8 @@ inline std::int64_t dss_vandermonde_chunk(std::int64_t chunk, std::int64_t len) 
 /// Λ, e^Λ and C̃ from the parameters (λre, λim (N); C re/im (H, N)).
 template <class T, class Space>
 void dss_discretize(const Space& exec, TensorArg<const T*, Space> lambda_re, TensorArg<const T*, Space> lambda_im,
-                    TensorArg<const T**, Space> c_re, TensorArg<const T**, Space> c_im, const DssModes<T, Space>& modes) {
+                    TensorArg<const T**, Space> c_re, TensorArg<const T**, Space> c_im,
+                    const DssModes<T, Space>& modes) {
   const char* api = "hybridseq::kernels::dss_discretize";
   const std::int64_t n = lambda_re.extent(0), h = c_re.extent(0);
   core::check_shape(api, "lambda_im", lambda_im, core::dim(n));
@@ -593,25 +848,143 @@ void dss_discretize_backward(const Space& exec, TensorArg<const T*, Space> lambd
                                                                g_lambda_im, g_c_re, g_c_im});
 }
 
+namespace detail {
+
+/// out (L, H) = beta·out + Re Σ_n c_{h,n} e^{Λ_n (ℓ + offset)}, c (H, 2N) as [Re | Im]: one GEMM
+/// (chunk × 2N)·(2N × H) per chunk of ℓ against a Vandermonde block generated in double.
+template <class T, class Space>
+void dss_vandermonde_product(const Space& exec, core::Workspace<Space>& ws, const Tensor<double**, Space>& lambda,
+                             const MatrixIn<T, Space>& c, const MatrixOut<T, Space>& out, std::int64_t chunk,
+                             std::int64_t offset, T beta) {
+  const std::int64_t len = out.extent(0), n = lambda.extent(1);
+  if (len == 0) return;
+  core::WorkspaceScope scope(ws);
+  const std::int64_t q = dss_vandermonde_chunk(chunk, len);
+  auto v = ws.template allocate<T**>("dss.vandermonde", q, 2 * n);
+  const std::int64_t blocks = (n + DssVandermonde<T, Space>::block - 1) / DssVandermonde<T, Space>::block;
+  for (std::int64_t l0 = 0; l0 < len; l0 += q) {
+    const std::int64_t rows = std::min(q, len - l0);
+    Kokkos::parallel_for("hybridseq::kernels::dss::vandermonde", Kokkos::RangePolicy<Space>(exec, 0, blocks),
+                         DssVandermonde<T, Space>{lambda, v, l0 + offset, rows, false});
+    gemm(exec, Op::none, Op::transpose, T(1), detail::rows(v, 0, rows), c, beta,
+         MatrixOut<T, Space>(out.data() + l0 * out.stride(0), rows, out.extent(1)));
+  }
+}
+
+// P(b) = C̃ ⊙ s(b, ·, ·) as [Re | Im] (H, 2N); one item per h.
+template <class T, class Space>
+struct DssStateTimesC {
+  Tensor<const T**, Space> c;            // (H, 2N)
+  Tensor<const T***, Space> s_re, s_im;  // (B, H, N)
+  Tensor<T**, Space> p;                  // (H, 2N)
+  std::int64_t b;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t h) const {
+    const std::int64_t nn = s_re.extent(2);
+    for (std::int64_t n = 0; n < nn; ++n) {
+      const T cr = c(h, n), ci = c(h, nn + n), sr = s_re(b, h, n), si = s_im(b, h, n);
+      p(h, n) = cr * sr - ci * si;
+      p(h, nn + n) = cr * si + ci * sr;
+    }
+  }
+};
+
+// s(b, h, n) ← e^{Λ_n L}·s(b, h, n) + (G(h, n), −G(h, N+n)); one item per h.
+template <class T, class Space>
+struct DssStateAdvance {
+  Tensor<const double**, Space> decay;  // (2, N) e^{ΛL}
+  Tensor<const T**, Space> g;           // (H, 2N) [Σ u Re V | −Σ u Im V]
+  Tensor<T***, Space> s_re, s_im;       // (B, H, N)
+  std::int64_t b;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t h) const {
+    const std::int64_t nn = s_re.extent(2);
+    for (std::int64_t n = 0; n < nn; ++n) {
+      const double er = decay(0, n), ei = decay(1, n), sr = s_re(b, h, n), si = s_im(b, h, n);
+      s_re(b, h, n) = static_cast<T>(er * sr - ei * si + double(g(h, n)));
+      s_im(b, h, n) = static_cast<T>(er * si + ei * sr - double(g(h, nn + n)));
+    }
+  }
+};
+
+template <class T, class Space>
+struct DssDecay {  // e^{Λ_n L}, one item per n
+  Tensor<const double**, Space> lambda;
+  Tensor<double**, Space> decay;
+  std::int64_t len;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t n) const {
+    const double m = math::exp(lambda(0, n) * double(len)), a = lambda(1, n) * double(len);
+    decay(0, n) = m * math::cos(a);
+    decay(1, n) = m * math::sin(a);
+  }
+};
+
+}  // namespace detail
+
 /// Materialises the SSM kernel K (L, H), K(ℓ, h) = Re Σ_n C̃_{h,n} e^{Λ_n ℓ}: one GEMM
 /// (chunk × 2N)·(2N × H) per chunk of ℓ against a Vandermonde block generated in double.
 /// Scratch: chunk × 2N.
 template <class T, class Space>
 void dss_kernel_forward(const Space& exec, core::Workspace<Space>& ws, const DssModes<T, Space>& modes,
                         TensorArg<T**, Space> k, std::int64_t chunk = 256) {
-  const std::int64_t len = k.extent(0), n = modes.lambda.extent(1);
-  core::check_shape("hybridseq::kernels::dss_kernel_forward", "k", k, core::dim(len), core::dim(modes.c.extent(0)));
+  core::check_shape("hybridseq::kernels::dss_kernel_forward", "k", k, core::dim(k.extent(0)),
+                    core::dim(modes.c.extent(0)));
+  detail::dss_vandermonde_product<T>(exec, ws, modes.lambda, modes.c, k, chunk, 0, T(0));
+}
+
+/// The carried state's contribution to the next L outputs (prefill from a non-zero state):
+/// y(b, t, h) += Re Σ_n C̃_{h,n} e^{Λ_n (t+1)} s(b, h, n). One Vandermonde GEMM per batch row
+/// and chunk. Scratch: (chunk + H) × 2N.
+template <class T, class Space>
+void dss_state_readout(const Space& exec, core::Workspace<Space>& ws, const DssModes<T, Space>& modes,
+                       TensorArg<const T***, Space> s_re, TensorArg<const T***, Space> s_im, TensorArg<T***, Space> y,
+                       std::int64_t chunk = 256) {
+  const char* api = "hybridseq::kernels::dss_state_readout";
+  const std::int64_t b = y.extent(0), len = y.extent(1), h = y.extent(2), n = modes.lambda.extent(1);
+  core::check_shape(api, "s_re", s_re, core::dim(b), core::dim(h), core::dim(n));
+  core::check_shape(api, "s_im", s_im, core::dim(b), core::dim(h), core::dim(n));
+  if (len == 0) return;
+  core::WorkspaceScope scope(ws);
+  auto p = ws.template allocate<T**>("dss.state_times_c", h, 2 * n);
+  for (std::int64_t i = 0; i < b; ++i) {
+    Kokkos::parallel_for("hybridseq::kernels::dss::state_times_c", Kokkos::RangePolicy<Space>(exec, 0, h),
+                         detail::DssStateTimesC<T, Space>{modes.c, s_re, s_im, p, i});
+    detail::dss_vandermonde_product<T>(exec, ws, modes.lambda, p, MatrixOut<T, Space>(&y(i, 0, 0), len, h), chunk, 1,
+                                       T(1));
+  }
+}
+
+/// Advances the state over u (B, L, H) without producing outputs:
+/// s ← e^{ΛL}·s + Σ_j u[j] e^{Λ(L−1−j)}, by one GEMM (H × chunk)·(chunk × 2N) per chunk of
+/// ℓ and batch row against a row-reversed Vandermonde block. Scratch: (chunk + B·H) × 2N + 2N.
+template <class T, class Space>
+void dss_state_advance(const Space& exec, core::Workspace<Space>& ws, const DssModes<T, Space>& modes,
+                       TensorArg<const T***, Space> u, TensorArg<T***, Space> s_re, TensorArg<T***, Space> s_im,
+                       std::int64_t chunk = 256) {
+  const char* api = "hybridseq::kernels::dss_state_advance";
+  const std::int64_t b = u.extent(0), len = u.extent(1), h = u.extent(2), n = modes.lambda.extent(1);
+  core::check_shape(api, "s_re", s_re, core::dim(b), core::dim(h), core::dim(n));
+  core::check_shape(api, "s_im", s_im, core::dim(b), core::dim(h), core::dim(n));
   if (len == 0) return;
   core::WorkspaceScope scope(ws);
   const std::int64_t q = detail::dss_vandermonde_chunk(chunk, len);
   auto v = ws.template allocate<T**>("dss.vandermonde", q, 2 * n);
+  auto g = ws.template allocate<T**>("dss.state_sum", b * h, 2 * n);  // row i·H + h: batch row i
+  auto decay = ws.template allocate<double**>("dss.decay", 2, n);
+  Kokkos::parallel_for("hybridseq::kernels::dss::decay", Kokkos::RangePolicy<Space>(exec, 0, n),
+                       detail::DssDecay<T, Space>{modes.lambda, decay, len});
+  const std::int64_t blocks =
+      (n + detail::DssVandermonde<T, Space>::block - 1) / detail::DssVandermonde<T, Space>::block;
+  // The block for ℓ ∈ [ℓ0, ℓ0 + q) serves every batch row: generated once per chunk.
   for (std::int64_t l0 = 0; l0 < len; l0 += q) {
-    const std::int64_t rows = std::min(q, len - l0);
-    Kokkos::parallel_for("hybridseq::kernels::dss::vandermonde", Kokkos::RangePolicy<Space>(exec, 0, n),
-                         detail::DssVandermonde<T, Space>{modes.lambda, v, l0, rows, false});
-    gemm(exec, Op::none, Op::transpose, T(1), detail::rows(v, 0, rows), modes.c, T(0),
-         detail::rows(k, l0, l0 + rows));
+    const std::int64_t rows = std::min(q, len - l0), j0 = len - l0 - rows;
+    Kokkos::parallel_for("hybridseq::kernels::dss::vandermonde", Kokkos::RangePolicy<Space>(exec, 0, blocks),
+                         detail::DssVandermonde<T, Space>{modes.lambda, v, l0, rows, false, true});
+    for (std::int64_t i = 0; i < b; ++i)
+      gemm(exec, Op::transpose, Op::none, T(1), MatrixIn<T, Space>(&u(i, j0, 0), rows, h), detail::rows(v, 0, rows),
+           l0 == 0 ? T(0) : T(1), detail::rows(g, i * h, (i + 1) * h));
   }
+  for (std::int64_t i = 0; i < b; ++i)
+    Kokkos::parallel_for("hybridseq::kernels::dss::state_advance", Kokkos::RangePolicy<Space>(exec, 0, h),
+                         detail::DssStateAdvance<T, Space>{decay, detail::rows(g, i * h, (i + 1) * h), s_re, s_im, i});
 }
 
 /// Backward of `dss_kernel_forward`: g.c += ∂L/∂C̃ and g.lambda += ∂L/∂Λ (direct) from
@@ -625,10 +998,12 @@ void dss_kernel_backward(const Space& exec, core::Workspace<Space>& ws, const Ds
   core::WorkspaceScope scope(ws);
   const std::int64_t q = detail::dss_vandermonde_chunk(chunk, len);
   auto v = ws.template allocate<T**>("dss.vandermonde", q, 4 * n);
+  const std::int64_t blocks =
+      (n + detail::DssVandermonde<T, Space>::block - 1) / detail::DssVandermonde<T, Space>::block;
   auto acc = ws.template allocate<T**>("dss.kernel_grad", h, 4 * n);  // [dK·V̄ | dK·ℓV̄]
   for (std::int64_t l0 = 0; l0 < len; l0 += q) {
     const std::int64_t rows = std::min(q, len - l0);
-    Kokkos::parallel_for("hybridseq::kernels::dss::vandermonde", Kokkos::RangePolicy<Space>(exec, 0, n),
+    Kokkos::parallel_for("hybridseq::kernels::dss::vandermonde", Kokkos::RangePolicy<Space>(exec, 0, blocks),
                          detail::DssVandermonde<T, Space>{modes.lambda, v, l0, rows, true});
     gemm(exec, Op::transpose, Op::none, T(1), detail::rows(dk, l0, l0 + rows), detail::rows(v, 0, rows),
          l0 == 0 ? T(0) : T(1), acc);
@@ -639,36 +1014,28 @@ void dss_kernel_backward(const Space& exec, core::Workspace<Space>& ws, const Ds
                        detail::DssLambdaFromKernelGrad<T, Space>{modes.c, acc, g.lambda});
 }
 
-/// y (B, L, H) = causal_conv(K, u) + D ⊙ u, per channel by FFT (host spaces only).
-/// Scratch: workers × (M + 4·(M/2+1)) reals with M = dss_fft_size(L); backward 8 instead of 4.
+/// y (B, L, H) = causal_conv(K, u) + D ⊙ u, per channel by FFT.
+/// Scratch: 2·M (twiddles) + workers × 3·2·M·4 reals, M = dss_fft_size(L).
 template <class T, class Space>
 void dss_conv_fft_forward(const Space& exec, core::Workspace<Space>& ws, TensorArg<const T**, Space> k,
                           TensorArg<const T***, Space> u, TensorArg<const T*, Space> d, TensorArg<T***, Space> y) {
-  static_assert(detail::dss_host_space<Space>,
-                "hybridseq::kernels::dss_conv_fft_forward: Eigen's FFT runs on host spaces; use DssAlgorithm::scan");
   const char* api = "hybridseq::kernels::dss_conv_fft_forward";
   const std::int64_t len = u.extent(1), h = u.extent(2);
   core::check_shape(api, "k", k, core::dim(len), core::dim(h));
   core::check_shape(api, "d", d, core::dim(h));
   core::check_shape(api, "y", y, core::dim(u.extent(0)), core::dim(len), core::dim(h));
   if (len == 0 || u.extent(0) == 0 || h == 0) return;
-  core::WorkspaceScope scope(ws);
-  const std::int64_t m = dss_fft_size(len);
-  const std::int64_t workers = std::min<std::int64_t>(core::compat::concurrency(exec), h);
-  auto scratch = ws.template allocate<T**>("dss.fft_scratch", workers, detail::dss_fft_scratch(m, false));
-  Kokkos::parallel_for("hybridseq::kernels::dss::conv_fft_forward",
-                       Kokkos::RangePolicy<Space, Kokkos::Schedule<Kokkos::Static>>(exec, 0, workers),
-                       detail::DssConvFft<T, Space>{k, u, d, {}, y, {}, {}, scratch, m, workers, false});
+  detail::dss_conv_fft_launch<T>(exec, ws, detail::DssConvFft<T, Space>{k, u, d, {}, y, {}, {}, {}, {}, 0, 0, false},
+                                 "hybridseq::kernels::dss::conv_fft_forward");
 }
 
 /// Backward of `dss_conv_fft_forward`: du += ∂L/∂u, dk = ∂L/∂K (overwritten), dd += ∂L/∂D.
+/// Scratch: 2·M + workers × 5·2·M·4 reals.
 template <class T, class Space>
 void dss_conv_fft_backward(const Space& exec, core::Workspace<Space>& ws, TensorArg<const T**, Space> k,
                            TensorArg<const T***, Space> u, TensorArg<const T*, Space> d,
                            TensorArg<const T***, Space> dy, TensorArg<T***, Space> du, TensorArg<T**, Space> dk,
                            TensorArg<T*, Space> dd) {
-  static_assert(detail::dss_host_space<Space>,
-                "hybridseq::kernels::dss_conv_fft_backward: Eigen's FFT runs on host spaces; use DssAlgorithm::scan");
   const char* api = "hybridseq::kernels::dss_conv_fft_backward";
   const std::int64_t len = u.extent(1), h = u.extent(2);
   core::check_shape(api, "k", k, core::dim(len), core::dim(h));
@@ -677,17 +1044,8 @@ void dss_conv_fft_backward(const Space& exec, core::Workspace<Space>& ws, Tensor
   core::check_same_shape(api, "u", u, "dy", dy);
   core::check_same_shape(api, "u", u, "du", du);
   if (len == 0 || h == 0) return;
-  if (u.extent(0) == 0) {
-    Kokkos::deep_copy(exec, dk, T(0));
-    return;
-  }
-  core::WorkspaceScope scope(ws);
-  const std::int64_t m = dss_fft_size(len);
-  const std::int64_t workers = std::min<std::int64_t>(core::compat::concurrency(exec), h);
-  auto scratch = ws.template allocate<T**>("dss.fft_scratch", workers, detail::dss_fft_scratch(m, true));
-  Kokkos::parallel_for("hybridseq::kernels::dss::conv_fft_backward",
-                       Kokkos::RangePolicy<Space, Kokkos::Schedule<Kokkos::Static>>(exec, 0, workers),
-                       detail::DssConvFft<T, Space>{k, u, d, dy, du, dk, dd, scratch, m, workers, true});
+  detail::dss_conv_fft_launch<T>(exec, ws, detail::DssConvFft<T, Space>{k, u, d, dy, du, dk, dd, {}, {}, 0, 0, true},
+                                 "hybridseq::kernels::dss::conv_fft_backward");
 }
 
 /// The recurrence over a block of time steps: y (B, L, H) from u (B, L, H), starting from
