@@ -8,6 +8,7 @@
 #include "kernels/bias.hpp"
 #include "kernels/conv1d.hpp"
 #include "kernels/cross_entropy.hpp"
+#include "kernels/dss.hpp"
 #include "kernels/exp.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/norms.hpp"

@@ -310,11 +310,13 @@ def main(argv=None) -> int:
 
     import golden_adamw
     import golden_attention
+    import golden_gss
     import golden_io
     import golden_mamba
 
     print(golden_adamw.write_adamw_golden(out))
     golden_mamba.write_mamba_goldens(out)
+    golden_gss.write_gss_goldens(out)
     for path in golden_attention.write_attention_goldens(out):
         print(path)
     golden_io.write_io_goldens(out)
