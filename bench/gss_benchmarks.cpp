@@ -11,6 +11,9 @@
 // Counters: tokens/s, FLOP/s (the model in `Flops` below: GEMMs, FFTs, pointwise spectra,
 // the recurrence; norms and activations are left out), peak_workspace_bytes (the arena's
 // exact high-water mark: saved activations + scratch).
+// Measuring note: on the 2-core development VM (Xeon, CPU model 207) OpenBLAS 0.3.21 detects
+// "Prescott" and runs SSE3 sgemm kernels 3x slower; the numbers in kernels/dss.hpp were taken
+// with OPENBLAS_CORETYPE=SkylakeX, best of 3 runs on otherwise idle cores.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

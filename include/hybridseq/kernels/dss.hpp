@@ -43,13 +43,13 @@ namespace hybridseq::kernels {
 /// How the training path mixes the sequence.
 ///
 /// Measured with hybridseq-bench `gss_mix/*` (discretise + mix, float, B = 1, H = 256, N = 512,
-/// 2 cores; ms forward / backward):
+/// 2-core Xeon VM, best of 3; ms forward / backward):
 ///            T = 256        T = 2048       T = 8192
-///   fft    1.7 / 3.4     12.8 / 21.2     54 / 92      (OpenMP, 2 threads)
-///   scan   8.8 / 81      63 / 656        251 / 2695
-///   fft    3.8 / 6.2     23.1 / 40.5     97 / 176     (Serial)
-///   scan  16.7 / 151    134 / 1290       532 / 4854
-/// `fft` is 5x faster forward and 24–32x faster backward at every T: its O(N) work per token
+///   fft    1.7 / 3.3     12.4 / 20.7     52 / 88      (OpenMP, 2 threads)
+///   scan   7.7 / 81      65 / 620        255 / 2596
+///   fft    3.1 / 6.2     22.1 / 40.9     95 / 171     (Serial)
+///   scan  16.1 / 151    124 / 1175       516 / 4895
+/// `fft` is ~5x faster forward and 24–30x faster backward at every T: its O(N) work per token
 /// is a BLAS GEMM shared by the whole batch, the scan's 11 (forward) and 37 (backward)
 /// flops per state element and batch row are not. So `fft` is the default. `scan` keeps its
 /// place because the recurrence *is* decoding (step), because it parallelises over (b, h)
