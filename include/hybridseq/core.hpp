@@ -5,6 +5,7 @@
 
 #include "core/check.hpp"
 #include "core/concepts.hpp"
+#include "core/decoding.hpp"
 #include "core/error.hpp"
 #include "core/flat_tuple.hpp"
 #include "core/kokkos_compat.hpp"

@@ -7,6 +7,7 @@
 #include "layers/embedding.hpp"
 #include "layers/ffn.hpp"
 #include "layers/gss.hpp"
+#include "layers/identity.hpp"
 #include "layers/layer_norm.hpp"
 #include "layers/linear.hpp"
 #include "layers/lm_head_loss.hpp"

@@ -15,6 +15,7 @@
 
 #include "../core/check.hpp"
 #include "../core/concepts.hpp"
+#include "../core/decoding.hpp"
 #include "../core/flat_tuple.hpp"
 #include "../core/workspace.hpp"
 
@@ -81,6 +82,54 @@ class ParallelBlock {
     for (auto& d : dh) d = ws.template allocate_zeroed<T***>("parallel_block.dh", dy.extent(0), dy.extent(1), d_out);
     mixer_.backward(s.mix, dy, dh);
     core::for_each_indexed(branches_, [&](auto& branch, auto i) { branch.backward(ws, core::get<i>(s.branch), dh[i], dx); });
+  }
+
+  // ---- decoding: available when every branch decodes ----
+  static constexpr bool decodable = (core::DecodableBranch<Branches> && ...);
+  struct State {
+    core::FlatTuple<core::state_t<Branches>...> branch;
+  };
+
+  State make_state(int batch) const
+    requires decodable
+  {
+    State st;
+    core::for_each_indexed(branches_, [&](const auto& b, auto i) { core::get<i>(st.branch) = core::make_state(b, batch); });
+    return st;
+  }
+
+  /// Continues every branch from its state on x (B, T, D) and mixes: y (B, T, D).
+  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
+    requires decodable
+  {
+    core::WorkspaceScope scope(ws);
+    std::array<Tensor<T***, Space>, N> h;
+    core::for_each_indexed(branches_, [&](const auto& branch, auto i) {
+      h[i] = ws.template allocate<T***>("parallel_block.h", x.extent(0), x.extent(1), d_out);
+      core::prefill(branch, ws, core::get<i>(st.branch), x, h[i]);
+    });
+    typename Mixer::Saved unused;
+    mixer_.forward(h, y, unused);
+  }
+  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
+    requires decodable
+  {
+    prefill(ws, st, x, y);
+  }
+  State snapshot(const State& st) const
+    requires decodable
+  {
+    State out;
+    core::for_each_indexed(branches_, [&](const auto& b, auto i) {
+      core::get<i>(out.branch) = core::snapshot(b, core::get<i>(st.branch));
+    });
+    return out;
+  }
+  void restore(State& st, const State& snap) const
+    requires decodable
+  {
+    core::for_each_indexed(branches_,
+                           [&](const auto& b, auto i) { core::restore(b, core::get<i>(st.branch), core::get<i>(snap.branch)); });
   }
 
   template <class Visit>

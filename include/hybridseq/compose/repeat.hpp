@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../core/concepts.hpp"
+#include "../core/decoding.hpp"
 #include "../core/error.hpp"
 #include "../core/workspace.hpp"
 
@@ -66,6 +67,48 @@ class Repeat {
       grad = g;
     }
     blocks_[0].backward(ws, s.block[0], grad, dx);
+  }
+
+  // ---- decoding: available when the block decodes ----
+  static constexpr bool decodable = core::DecodableBranch<Block>;
+  struct State {
+    std::vector<core::state_t<Block>> block;
+  };
+
+  State make_state(int batch) const
+    requires decodable
+  {
+    State st;
+    for (const auto& b : blocks_) st.block.push_back(core::make_state(b, batch));
+    return st;
+  }
+  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
+    requires decodable
+  {
+    core::WorkspaceScope scope(ws);
+    Tensor<const T***, Space> in = x;
+    for (int i = 0; i < size(); ++i) {
+      auto out = i + 1 == size() ? y : ws.template allocate<T***>("repeat.out", x.extent(0), x.extent(1), d_out);
+      core::prefill(blocks_[i], ws, st.block[i], in, out);
+      in = out;
+    }
+  }
+  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
+    requires decodable
+  {
+    prefill(ws, st, x, y);
+  }
+  State snapshot(const State& st) const
+    requires decodable
+  {
+    State out;
+    for (int i = 0; i < size(); ++i) out.block.push_back(core::snapshot(blocks_[i], st.block[i]));
+    return out;
+  }
+  void restore(State& st, const State& snap) const
+    requires decodable
+  {
+    for (int i = 0; i < size(); ++i) core::restore(blocks_[i], st.block[i], snap.block[i]);
   }
 
   template <class Visit>

@@ -2,7 +2,8 @@
 /// \file
 /// Residual connections around a block f of width D.
 ///
-///   PreNormResidual<f, Norm>:  y = x + f(Norm(x))                  (GPT-2/Llama pre-norm; Mamba "x + Mixer(RMSNorm(x))")
+///   PreNormResidual<f, Norm>:  y = α·x + f(Norm(x)), α = 1 by default (GPT-2/Llama pre-norm; Mamba "x + Mixer(RMSNorm(x))";
+///                              α > 1 is PHA's "pre-norm with DeepNorm-scaled residual" reading)
 ///   DeepNorm<f, Norm>:         y = Norm(α·x + f(x)),  α = (2L)^{1/4}   (Wang et al. 2022, post-norm)
 ///
 /// α is a runtime option (a float: a new depth must not make a new type); `deepnorm_alpha(L)`
@@ -13,6 +14,7 @@
 
 #include "../core/check.hpp"
 #include "../core/concepts.hpp"
+#include "../core/decoding.hpp"
 #include "../core/workspace.hpp"
 
 namespace hybridseq::compose {
@@ -56,6 +58,7 @@ class PreNormResidual {
   static constexpr int d_out = Block::d_out;
 
   struct Options {
+    double alpha = 1.0;  // residual scale
     typename Block::Options block{};
     typename Norm::Options norm{};
   };
@@ -65,13 +68,20 @@ class PreNormResidual {
     typename Block::Saved block;
   };
 
-  explicit PreNormResidual(const Options& o = {}) : norm_(o.norm), block_(o.block) {}
+  explicit PreNormResidual(const Options& o = {}) : norm_(o.norm), block_(o.block) { set_alpha(o.alpha); }
+
+  void set_alpha(double alpha) {
+    if (!(alpha > 0) || !std::isfinite(alpha))
+      fail<value_error>("hybridseq::compose::PreNormResidual", "alpha must be finite and > 0, got ", alpha);
+    alpha_ = alpha;
+  }
+  double alpha() const { return alpha_; }
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
     s.normed = ws.template allocate<T***>("residual.normed", x.extent(0), x.extent(1), d_in);
     norm_.forward(ws, x, s.normed, s.norm);
     block_.forward(ws, s.normed, y, s.block);
-    detail::add_scaled<T, Space>(y, T(1), x);
+    detail::add_scaled<T, Space>(y, T(alpha_), x);
   }
 
   void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
@@ -79,7 +89,42 @@ class PreNormResidual {
     auto dn = ws.template allocate_zeroed<T***>("residual.dnormed", dy.extent(0), dy.extent(1), d_in);
     block_.backward(ws, s.block, dy, dn);
     norm_.backward(ws, s.norm, dn, dx);
-    detail::add_scaled<T, Space>(dx, T(1), dy);
+    detail::add_scaled<T, Space>(dx, T(alpha_), dy);
+  }
+
+  // ---- decoding: available when the block decodes ----
+  static constexpr bool decodable = core::DecodableBranch<Block> && core::DecodableBranch<Norm>;
+  using State = core::state_t<Block>;
+
+  State make_state(int batch) const
+    requires decodable
+  {
+    return core::make_state(block_, batch);
+  }
+  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
+    requires decodable
+  {
+    core::WorkspaceScope scope(ws);
+    auto normed = ws.template allocate<T***>("residual.normed", x.extent(0), x.extent(1), d_in);
+    core::NoState none;
+    core::prefill(norm_, ws, none, x, normed);
+    core::prefill(block_, ws, st, normed, y);
+    detail::add_scaled<T, Space>(y, T(alpha_), x);
+  }
+  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
+    requires decodable
+  {
+    prefill(ws, st, x, y);
+  }
+  State snapshot(const State& st) const
+    requires decodable
+  {
+    return core::snapshot(block_, st);
+  }
+  void restore(State& st, const State& snap) const
+    requires decodable
+  {
+    core::restore(block_, st, snap);
   }
 
   template <class Visit>
@@ -90,6 +135,7 @@ class PreNormResidual {
   Block& block() { return block_; }
 
  private:
+  double alpha_ = 1.0;
   Norm norm_;
   Block block_;
 };
@@ -117,9 +163,12 @@ class DeepNorm {
     typename Norm::Saved norm;
   };
 
-  explicit DeepNorm(const Options& o = {}) : alpha_(o.alpha), block_(o.block), norm_(o.norm) {
-    if (!(o.alpha > 0) || !std::isfinite(o.alpha))
-      fail<value_error>("hybridseq::compose::DeepNorm", "alpha must be finite and > 0, got ", o.alpha);
+  explicit DeepNorm(const Options& o = {}) : block_(o.block), norm_(o.norm) { set_alpha(o.alpha); }
+
+  void set_alpha(double alpha) {
+    if (!(alpha > 0) || !std::isfinite(alpha))
+      fail<value_error>("hybridseq::compose::DeepNorm", "alpha must be finite and > 0, got ", alpha);
+    alpha_ = alpha;
   }
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
@@ -137,6 +186,41 @@ class DeepNorm {
     detail::add_scaled<T, Space>(dx, T(alpha_), dz);
   }
 
+  // ---- decoding: available when the block decodes ----
+  static constexpr bool decodable = core::DecodableBranch<Block> && core::DecodableBranch<Norm>;
+  using State = core::state_t<Block>;
+
+  State make_state(int batch) const
+    requires decodable
+  {
+    return core::make_state(block_, batch);
+  }
+  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
+    requires decodable
+  {
+    core::WorkspaceScope scope(ws);
+    auto z = ws.template allocate<T***>("deepnorm.z", x.extent(0), x.extent(1), d_in);
+    core::prefill(block_, ws, st, x, z);
+    detail::add_scaled<T, Space>(z, T(alpha_), x);
+    core::NoState none;
+    core::prefill(norm_, ws, none, z, y);
+  }
+  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
+    requires decodable
+  {
+    prefill(ws, st, x, y);
+  }
+  State snapshot(const State& st) const
+    requires decodable
+  {
+    return core::snapshot(block_, st);
+  }
+  void restore(State& st, const State& snap) const
+    requires decodable
+  {
+    core::restore(block_, st, snap);
+  }
+
   template <class Visit>
   void visit_parameters(Visit&& visit) {
     visit("block", block_);
@@ -146,7 +230,7 @@ class DeepNorm {
   double alpha() const { return alpha_; }
 
  private:
-  double alpha_;
+  double alpha_ = 1.0;
   Block block_;
   Norm norm_;
 };

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "../core/concepts.hpp"
+#include "../core/decoding.hpp"
 #include "../core/flat_tuple.hpp"
 #include "../core/workspace.hpp"
 
@@ -66,6 +67,53 @@ class SequentialBlock {
     core::WorkspaceScope scope(ws);
     Tensor<const T***, Space> grad = dy;
     backward_from<N - 1>(ws, s, grad, dx);
+  }
+
+  // ---- decoding: available when every layer decodes ----
+  static constexpr bool decodable = (core::DecodableBranch<Layers> && ...);
+  struct State {
+    core::FlatTuple<core::state_t<Layers>...> layer;
+  };
+
+  State make_state(int batch) const
+    requires decodable
+  {
+    State st;
+    core::for_each_indexed(layers_, [&](const auto& l, auto i) { core::get<i>(st.layer) = core::make_state(l, batch); });
+    return st;
+  }
+  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
+    requires decodable
+  {
+    core::WorkspaceScope scope(ws);
+    Tensor<const T***, Space> in = x;
+    core::for_each_indexed(layers_, [&](const auto& layer, auto i) {
+      using L = std::remove_cvref_t<decltype(layer)>;
+      Tensor<T***, Space> out = y;
+      if constexpr (i() + 1 < N) out = ws.template allocate<T***>("sequential_block.out", x.extent(0), x.extent(1), L::d_out);
+      core::prefill(layer, ws, core::get<i>(st.layer), in, out);
+      in = out;
+    });
+  }
+  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
+    requires decodable
+  {
+    prefill(ws, st, x, y);
+  }
+  State snapshot(const State& st) const
+    requires decodable
+  {
+    State out;
+    core::for_each_indexed(layers_, [&](const auto& l, auto i) {
+      core::get<i>(out.layer) = core::snapshot(l, core::get<i>(st.layer));
+    });
+    return out;
+  }
+  void restore(State& st, const State& snap) const
+    requires decodable
+  {
+    core::for_each_indexed(layers_,
+                           [&](const auto& l, auto i) { core::restore(l, core::get<i>(st.layer), core::get<i>(snap.layer)); });
   }
 
   template <class Visit>

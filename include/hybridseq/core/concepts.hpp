@@ -55,7 +55,15 @@ concept HasStep = requires(const L& l, detail::Ws<L>& ws, typename L::State& sta
                            detail::In<L> x, detail::Out<L> y) {
   typename L::State;
   { l.make_state(1) } -> std::same_as<typename L::State>;
+  l.prefill(ws, state, x, y);
   l.step(ws, state, x, y);
+};
+
+/// Position-wise layers (norms, linear maps, FFNs) carry no state across time: decoding
+/// them is their forward on the new tokens. They say so with `position_wise = true`.
+template <class L>
+concept PositionWise = requires {
+  requires L::position_wise;
 };
 
 /// A sequence layer (B, T, d_in) → (B, T, d_out) with a forward pass.
@@ -66,9 +74,10 @@ concept Branch = Module<L> && HasWidths<L> && requires { typename L::Saved; } &&
 template <class L>
 concept TrainableBranch = Branch<L> && HasBackward<L> && HasParameters<L>;
 
-/// A branch that can decode token by token from a per-sequence state.
+/// A branch that can decode token by token: it carries a per-sequence `State` (make_state,
+/// prefill, step), or it is position-wise and needs none.
 template <class L>
-concept DecodableBranch = Branch<L> && HasStep<L>;
+concept DecodableBranch = Branch<L> && (HasStep<L> || PositionWise<L>);
 
 /// Combines `arity` branch outputs of width `d` into one (B, T, d) tensor, with backward.
 template <class M>
@@ -102,9 +111,9 @@ template <class L>
 consteval bool require_decodable_branch() {
   static_assert(Branch<L>, "hybridseq: decoding needs a Branch (scalar_type, execution_space, "
                            "d_in/d_out, Saved, forward)");
-  static_assert(HasStep<L>,
-                "hybridseq: this branch has no step(Workspace&, State&, x, y) and make_state(batch), "
-                "so it cannot be decoded token by token");
+  static_assert(HasStep<L> || PositionWise<L>,
+                "hybridseq: this branch has no step(Workspace&, State&, x, y), prefill and "
+                "make_state(batch), and is not position-wise, so it cannot be decoded token by token");
   return true;
 }
 

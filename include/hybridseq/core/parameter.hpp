@@ -136,6 +136,23 @@ void for_each_parameter(Module& module, F&& f, std::string_view prefix = "") {
   detail::walk(std::string(prefix), module, f);
 }
 
+namespace detail {
+template <class Node, class F>
+void walk_modules(const std::string& path, Node& node, F& f) {
+  if constexpr (!is_parameter<std::remove_const_t<Node>>::value) {
+    f(std::string_view(path), node);
+    node.visit_parameters([&](std::string_view name, auto& child) { walk_modules(join(path, name), child, f); });
+  }
+}
+}  // namespace detail
+
+/// Calls `f(name, module)` for `module` and every sub-module below it (pre-order), e.g. to
+/// set a runtime option on every layer of one kind or to read every mixer's weights.
+template <class Module, class F>
+void for_each_module(Module& module, F&& f, std::string_view prefix = "") {
+  detail::walk_modules(std::string(prefix), module, f);
+}
+
 /// Number of scalar parameters.
 template <class Module>
 std::int64_t parameter_count(Module& module) {

@@ -20,6 +20,7 @@ class ActivationLayer {
   using execution_space = Space;
   static constexpr int d_in = D;
   static constexpr int d_out = D;
+  static constexpr bool position_wise = true;  // decodes by forward: no state across time
 
   struct Options {};
   struct Saved {

@@ -274,6 +274,12 @@ class Attention {
     state.length = snap.length;
   }
 
+  /// DeepNorm's β-init (torchscale): the value rows of W_qkv and W_o scaled by β.
+  void rescale_for_deepnorm(double beta) {
+    wqkv_.scale_weights(beta, (S.heads + S.kv_heads) * S.head_dim, rows_qkv);
+    wo_.scale_weights(beta);
+  }
+
   template <class Visit>
   void visit_parameters(Visit&& visit) {
     visit("wqkv", wqkv_);

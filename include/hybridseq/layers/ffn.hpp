@@ -61,6 +61,7 @@ class MlpFfn {
   using execution_space = Space;
   static constexpr int d_in = S.d;
   static constexpr int d_out = S.d;
+  static constexpr bool position_wise = true;  // decodes by forward: no state across time
   using Options = FfnOptions;
 
   struct Saved {
@@ -96,6 +97,11 @@ class MlpFfn {
     visit("fc1", fc1_);
     visit("fc2", fc2_);
   }
+  /// DeepNorm's β-init: both projections scaled by β.
+  void rescale_for_deepnorm(double beta) {
+    fc1_.scale_weights(beta);
+    fc2_.scale_weights(beta);
+  }
 
  private:
   In fc1_;
@@ -114,6 +120,7 @@ class GatedFfn {
   using execution_space = Space;
   static constexpr int d_in = S.d;
   static constexpr int d_out = S.d;
+  static constexpr bool position_wise = true;  // decodes by forward: no state across time
   using Options = FfnOptions;
 
   struct Saved {
@@ -163,6 +170,11 @@ class GatedFfn {
     visit("up", up_);
     visit("down", down_);
   }
+  void rescale_for_deepnorm(double beta) {
+    gate_.scale_weights(beta);
+    up_.scale_weights(beta);
+    down_.scale_weights(beta);
+  }
 
  private:
   In gate_, up_;
@@ -200,6 +212,7 @@ class DualFfn {
   using execution_space = Space;
   static constexpr int d_in = S.primary.d;
   static constexpr int d_out = S.primary.d;
+  static constexpr bool position_wise = true;  // decodes by forward: no state across time
 
   struct Options {
     FfnOptions primary{}, auxiliary{};

@@ -32,6 +32,7 @@ class Linear {
   using execution_space = Space;
   static constexpr int d_in = S.in;
   static constexpr int d_out = S.out;
+  static constexpr bool position_wise = true;  // decodes by forward: no state across time
   static constexpr LinearShape shape = S;
 
   struct Options {
@@ -76,6 +77,19 @@ class Linear {
   }
 
   const core::Parameter<T, Space>& weight() const { return weight_; }
+
+  /// Multiplies output rows [row_begin, row_end) of W by `factor` (DeepNorm's β-init).
+  void scale_weights(double factor, int row_begin = 0, int row_end = S.out) {
+    if (row_begin < 0 || row_end > S.out || row_begin > row_end)
+      fail<value_error>("hybridseq::layers::Linear::scale_weights", "rows [", row_begin, ", ", row_end,
+                        ") are outside [0, ", S.out, ")");
+    const auto w = weight_.value();
+    const T f = static_cast<T>(factor);
+    Kokkos::parallel_for(
+        "hybridseq::layers::Linear::scale_weights",
+        Kokkos::RangePolicy<Space>(std::int64_t(row_begin) * S.in, std::int64_t(row_end) * S.in),
+        KOKKOS_LAMBDA(std::int64_t i) { w(i) *= f; });
+  }
 
   /// Flops of one forward over `rows` = B·T rows (bias adds not counted).
   static constexpr double forward_flops(double rows) { return 2.0 * rows * S.in * S.out; }

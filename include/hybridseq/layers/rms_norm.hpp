@@ -21,6 +21,7 @@ class RmsNorm {
   using execution_space = Space;
   static constexpr int d_in = D;
   static constexpr int d_out = D;
+  static constexpr bool position_wise = true;  // decodes by forward: no state across time
 
   struct Options {
     double eps = 1e-6;

@@ -1,0 +1,74 @@
+#pragma once
+/// \file
+/// One decoding protocol over every decodable layer, so compositions need not ask which kind
+/// each child is:
+///
+///   auto st = core::make_state(layer, batch);       // NoState for a position-wise layer
+///   core::prefill(layer, ws, st, x, y);              // any T: continue from the state
+///   auto snap = core::snapshot(layer, st);  core::restore(layer, st, snap);
+///
+/// A stateful layer (attention's KV cache, Mamba's conv window and scan state, GSS's modal
+/// state) provides make_state / prefill / step / snapshot / restore itself; a position-wise
+/// layer decodes by its forward on the new tokens.
+
+#include <type_traits>
+
+#include "concepts.hpp"
+#include "workspace.hpp"
+
+namespace hybridseq::core {
+
+/// The state of a layer that keeps none across time.
+struct NoState {};
+
+namespace detail {
+template <class L>
+struct state_of {
+  using type = NoState;
+};
+template <HasStep L>
+struct state_of<L> {
+  using type = typename L::State;
+};
+}  // namespace detail
+
+/// The per-sequence decoding state of layer L (NoState for position-wise layers).
+template <class L>
+using state_t = typename detail::state_of<L>::type;
+
+template <DecodableBranch L>
+state_t<L> make_state(const L& layer, int batch) {
+  if constexpr (HasStep<L>) return layer.make_state(batch);
+  else return NoState{};
+}
+
+/// Consumes x (B, T, d_in) from the state and writes y (B, T, d_out): equal, up to rounding,
+/// to the layer's forward over everything consumed so far followed by x.
+template <DecodableBranch L>
+void prefill(const L& layer, Workspace<typename L::execution_space>& ws, state_t<L>& state,
+             Tensor<const typename L::scalar_type***, typename L::execution_space> x,
+             Tensor<typename L::scalar_type***, typename L::execution_space> y) {
+  if constexpr (HasStep<L>) {
+    if (x.extent(1) == 1) layer.step(ws, state, x, y);
+    else layer.prefill(ws, state, x, y);
+  } else {
+    WorkspaceScope scope(ws);  // what forward saves for backward is dropped at once
+    typename L::Saved saved;
+    layer.forward(ws, x, y, saved);
+  }
+}
+
+/// An independent deep copy of a state.
+template <DecodableBranch L>
+state_t<L> snapshot(const L& layer, const state_t<L>& state) {
+  if constexpr (HasStep<L>) return layer.snapshot(state);
+  else return NoState{};
+}
+
+/// Overwrites `state` with `snap` (same batch).
+template <DecodableBranch L>
+void restore(const L& layer, state_t<L>& state, const state_t<L>& snap) {
+  if constexpr (HasStep<L>) layer.restore(state, snap);
+}
+
+}  // namespace hybridseq::core

@@ -1,0 +1,182 @@
+#pragma once
+/// \file
+/// LanguageModel<Vocab, Body, FinalNorm>: token embedding → Body → final norm → untied LM head
+/// with fused cross-entropy. Every named architecture (PHA, Transformer, Mamba LM, hybrids)
+/// is a LanguageModel over a different Body, so training, evaluation, decoding, checkpoints
+/// and the ablation tool handle them all through this one interface.
+///
+///   ids (B, T) → x = E[ids] (B, T, D) → h = Body(x) → y = FinalNorm(h) → logits = y Wᵀ (B, T, V)
+///
+/// The loss is the mean cross-entropy over targets ≠ ignore_index (−100): tasks mark
+/// unsupervised (<null>) positions that way, so they count in neither loss nor gradient.
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../core/check.hpp"
+#include "../core/concepts.hpp"
+#include "../core/decoding.hpp"
+#include "../core/parameter.hpp"
+#include "../core/workspace.hpp"
+#include "../layers/embedding.hpp"
+#include "../layers/lm_head_loss.hpp"
+
+namespace hybridseq::models {
+
+template <int Vocab, class Body, class FinalNorm>
+class LanguageModel {
+  static_assert(core::Branch<Body>, "hybridseq::models::LanguageModel: the body must be a Branch (B,T,D) -> (B,T,D)");
+  static_assert(Body::d_in == Body::d_out, "hybridseq::models::LanguageModel: the body must keep the model width");
+  static_assert(core::Branch<FinalNorm> && FinalNorm::d_in == Body::d_out && FinalNorm::d_out == Body::d_out,
+                "hybridseq::models::LanguageModel: the final norm must map the model width to itself");
+  static_assert(Vocab > 0, "hybridseq::models::LanguageModel: the vocabulary must be non-empty");
+
+ public:
+  using scalar_type = typename Body::scalar_type;
+  using execution_space = typename Body::execution_space;
+  using T = scalar_type;
+  using Space = execution_space;
+  using body_type = Body;
+  static constexpr int vocab = Vocab;
+  static constexpr int d_model = Body::d_in;
+  using Embed = layers::Embedding<layers::EmbeddingShape{Vocab, d_model}, T, Space>;
+  using Head = layers::LmHeadLoss<layers::LmHeadShape{d_model, Vocab}, T, Space>;
+
+  struct Options {
+    typename Body::Options body{};
+    typename Embed::Options embed{.init_std = 0.02};
+    typename FinalNorm::Options norm{};
+    typename Head::Options head{};
+  };
+
+  struct Saved {
+    typename Embed::Saved embed;
+    Tensor<T***, Space> x;  // (B, T, D) embeddings
+    typename Body::Saved body;
+    Tensor<T***, Space> h;  // (B, T, D) body output
+    typename FinalNorm::Saved norm;
+    Tensor<T***, Space> y;  // (B, T, D) normalised
+    typename Head::Saved head;
+  };
+
+  explicit LanguageModel(const Options& o = {}) : embed_(o.embed), body_(o.body), norm_(o.norm), head_(o.head) {}
+
+  /// Mean loss over supervised targets; fills `s` for backward. ids, targets (B, T).
+  T forward(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
+            Saved& s) const {
+    features(ws, ids, s);
+    return head_.forward(ws, s.y, targets, s.head);
+  }
+
+  /// Accumulates every parameter gradient of dloss · loss.
+  void backward(core::Workspace<Space>& ws, const Saved& s, T dloss = T(1))
+    requires core::TrainableBranch<Body>
+  {
+    core::WorkspaceScope scope(ws);
+    const auto b = s.y.extent(0), t = s.y.extent(1);
+    auto dy = ws.template allocate_zeroed<T***>("lm.dy", b, t, d_model);
+    head_.backward(ws, s.head, dy, dloss);
+    auto dh = ws.template allocate_zeroed<T***>("lm.dh", b, t, d_model);
+    norm_.backward(ws, s.norm, dy, dh);
+    auto dx = ws.template allocate_zeroed<T***>("lm.dx", b, t, d_model);
+    body_.backward(ws, s.body, dh, dx);
+    embed_.backward(ws, s.embed, dx);
+  }
+
+  /// Forward and backward on one batch; gradients of dloss · loss accumulate. Returns the loss.
+  T train_step(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
+               T dloss = T(1)) {
+    static_assert(core::require_trainable_branch<Body>());
+    core::WorkspaceScope scope(ws);
+    Saved s;
+    const T loss = forward(ws, ids, targets, s);
+    backward(ws, s, dloss);
+    return loss;
+  }
+
+  /// The loss without gradients.
+  T evaluate(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets) const {
+    core::WorkspaceScope scope(ws);
+    Saved s;
+    return forward(ws, ids, targets, s);
+  }
+
+  /// logits (B, T, V) of the full (teacher-forced) forward.
+  void logits(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<T***, Space> out) const {
+    core::WorkspaceScope scope(ws);
+    Saved s;
+    features(ws, ids, s);
+    head_.logits(s.y, out);
+  }
+
+  // ---- decoding: available when the body decodes ----
+  static constexpr bool decodable = core::DecodableBranch<Body>;
+  struct State {
+    core::state_t<Body> body;
+    std::int64_t length = 0;  // tokens consumed
+  };
+
+  State make_state(int batch) const
+    requires decodable
+  {
+    return State{core::make_state(body_, batch), 0};
+  }
+
+  /// Consumes ids (B, T) after everything in `st` and writes their logits (B, T, V).
+  void prefill(core::Workspace<Space>& ws, State& st, TokenIds<Space> ids, Tensor<T***, Space> logits) const
+    requires decodable
+  {
+    core::WorkspaceScope scope(ws);
+    const auto b = ids.extent(0), t = ids.extent(1);
+    auto x = ws.template allocate<T***>("lm.x", b, t, d_model);
+    typename Embed::Saved es;
+    embed_.forward(ws, ids, x, es);
+    auto h = ws.template allocate<T***>("lm.h", b, t, d_model);
+    core::prefill(body_, ws, st.body, x, h);
+    auto y = ws.template allocate<T***>("lm.y", b, t, d_model);
+    core::NoState none;
+    core::prefill(norm_, ws, none, h, y);
+    head_.logits(y, logits);
+    st.length += std::int64_t(t);
+  }
+  State snapshot(const State& st) const
+    requires decodable
+  {
+    return State{core::snapshot(body_, st.body), st.length};
+  }
+  void restore(State& st, const State& snap) const
+    requires decodable
+  {
+    core::restore(body_, st.body, snap.body);
+    st.length = snap.length;
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit("embed", embed_);
+    visit("body", body_);
+    visit("norm", norm_);
+    visit("head", head_);
+  }
+
+  Body& body() { return body_; }
+  const Body& body() const { return body_; }
+
+ private:
+  void features(core::Workspace<Space>& ws, TokenIds<Space> ids, Saved& s) const {
+    const auto b = ids.extent(0), t = ids.extent(1);
+    s.x = ws.template allocate<T***>("lm.x", b, t, d_model);
+    embed_.forward(ws, ids, s.x, s.embed);
+    s.h = ws.template allocate<T***>("lm.h", b, t, d_model);
+    body_.forward(ws, s.x, s.h, s.body);
+    s.y = ws.template allocate<T***>("lm.y", b, t, d_model);
+    norm_.forward(ws, s.h, s.y, s.norm);
+  }
+
+  Embed embed_;
+  Body body_;
+  FinalNorm norm_;
+  Head head_;
+};
+
+}  // namespace hybridseq::models

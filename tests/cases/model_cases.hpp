@@ -1,0 +1,79 @@
+#pragma once
+// Case descriptions of whole language models (same contract as primitive_cases.hpp): each
+// feeds the double-precision gradient check, the decode-equals-forward check, the save/load
+// round trip and, where `golden` is set, the comparison with the PyTorch reference models in
+// tests/reference/models.py (logits, loss and every parameter gradient).
+
+#include <hybridseq/models.hpp>
+
+#include "primitive_cases.hpp"
+
+namespace hybridseq::cases {
+
+inline constexpr int model_vocab = 11;
+
+/// A tiny PHA: E=8, 2 query heads / 1 KV head of 4, GSS F=16 H=6 N=4, Dual-FFN 16 + 8.
+inline constexpr models::PhaShape pha_tiny{8, 2, 1, 4, 16, 6, 4, 16, 8};
+
+template <models::PhaLayout Layout, int Layers, const char* Name, const char* Golden>
+struct PhaCase {
+  template <class T, class S>
+  using Layer = models::Pha<model_vocab, pha_tiny, Layout, T, S>;
+  static constexpr const char* name = Name;
+  static constexpr const char* golden = Golden;
+  static constexpr int batch = 2, time = 9;
+  template <class L>
+  static typename L::Options options() {
+    typename L::Options o;
+    o.body.count = Layers;
+    return o;
+  }
+};
+
+/// Cooper et al.'s tiny layers at width 8: TF with 2 summed heads of 8, RoPE on 2 dims,
+/// window 4 (shorter than the test sequences); SSM with d_state 2.
+inline constexpr models::NeoxShape tf_tiny = models::cooper_tf(8, 2, 4);
+inline constexpr layers::MambaShape ssm_tiny = models::cooper_ssm(8, 2);
+
+template <template <class, class> class M, int Layers, const char* Name, const char* Golden>
+struct StackCase {
+  template <class T, class S>
+  using Layer = M<T, S>;
+  static constexpr const char* name = Name;
+  static constexpr const char* golden = Golden;
+  static constexpr int batch = 2, time = 9;
+  template <class L>
+  static typename L::Options options() {
+    typename L::Options o;
+    o.body.count = Layers;
+    return o;
+  }
+};
+
+template <class T, class S>
+using TransformerTiny = models::Transformer<model_vocab, tf_tiny, T, S>;
+template <class T, class S>
+using MambaLmTiny = models::MambaLm<model_vocab, ssm_tiny, T, S>;
+template <class T, class S>
+using HybridTiny = models::Stack<model_vocab, models::MambaLayer<ssm_tiny, T, S>, models::NeoxLayer<tf_tiny, T, S>,
+                                 models::NeoxLayer<tf_tiny, T, S>>;
+
+inline constexpr char pha_name[] = "pha", pha_seq_name[] = "pha_seq_prenorm", pha_raw_name[] = "pha_raw_nonorm",
+                      transformer_name[] = "transformer", mamba_lm_name[] = "mamba_lm", hybrid_name[] = "hybrid_ssm_tf_tf";
+inline constexpr char no_golden[] = "";
+inline constexpr char pha_golden[] = "model_pha", transformer_golden[] = "model_transformer",
+                      mamba_lm_golden[] = "model_mamba_lm", hybrid_golden[] = "model_hybrid";
+
+using PhaTiny = PhaCase<models::PhaLayout{}, 2, pha_name, pha_golden>;
+using PhaSeqPrenorm = PhaCase<models::PhaLayout{.arrangement = models::Arrangement::sequential,
+                                                .residual = models::PhaResidual::prenorm_scaled},
+                              2, pha_seq_name, no_golden>;
+using PhaRawNoNorm = PhaCase<models::PhaLayout{.attention = false, .branch_norm = false, .normalised = false}, 2,
+                             pha_raw_name, no_golden>;
+using TransformerCase = StackCase<TransformerTiny, 2, transformer_name, transformer_golden>;
+using MambaLmCase = StackCase<MambaLmTiny, 2, mamba_lm_name, mamba_lm_golden>;
+using HybridCase = StackCase<HybridTiny, 1, hybrid_name, hybrid_golden>;
+
+using ModelCases = CaseList<PhaTiny, PhaSeqPrenorm, PhaRawNoNorm, TransformerCase, MambaLmCase, HybridCase>;
+
+}  // namespace hybridseq::cases
