@@ -5,7 +5,10 @@
 
 #include "compose.hpp"
 #include "core.hpp"
+#include "decode.hpp"
 #include "io.hpp"
 #include "kernels.hpp"
 #include "layers.hpp"
+#include "models.hpp"
+#include "tasks.hpp"
 #include "train.hpp"

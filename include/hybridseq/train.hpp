@@ -1,7 +1,9 @@
 #pragma once
 /// \file
-/// Umbrella for hybridseq::train: AdamW, learning-rate schedules, gradient clipping.
-
+/// Training: AdamW, clipping, schedules, checkpoints, the training loop and its progress display.
 #include "train/adamw.hpp"
+#include "train/checkpoint.hpp"
 #include "train/clip.hpp"
+#include "train/progress.hpp"
 #include "train/schedule.hpp"
+#include "train/trainer.hpp"

@@ -313,12 +313,14 @@ def main(argv=None) -> int:
     import golden_gss
     import golden_io
     import golden_mamba
+    import golden_models
 
     print(golden_adamw.write_adamw_golden(out))
     golden_mamba.write_mamba_goldens(out)
     golden_gss.write_gss_goldens(out)
     for path in golden_attention.write_attention_goldens(out):
         print(path)
+    golden_models.write_model_goldens(out)
     golden_io.write_io_goldens(out)
     cpp_path = os.path.join(out, "io_cpp_written.safetensors")
     if os.path.exists(cpp_path):

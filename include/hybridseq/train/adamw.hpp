@@ -87,6 +87,17 @@ class AdamW {
   std::int64_t step_count() const { return step_; }
   const AdamWOptions& options() const { return options_; }
 
+  /// The state a checkpoint must carry: `f(name, m, v)` per parameter (fp32 moments, numel),
+  /// in the parameter visitor's order, and the step count (bias correction depends on it).
+  template <class F>
+  void for_each_moment(F&& f) const {
+    for (const auto& s : states_) f(std::string_view(s.name), s.m, s.v);
+  }
+  void set_step_count(std::int64_t step) {
+    if (step < 0) fail<value_error>("hybridseq::train::AdamW::set_step_count", "step must be >= 0, got ", step);
+    step_ = step;
+  }
+
  private:
   struct State {
     std::string name;             // the parameter's dotted name

@@ -1,0 +1,119 @@
+#pragma once
+/// \file
+/// A generation session over a language model: prefill a prompt, then sample one token per
+/// sequence per step (greedy, or temperature with optional top-k), with snapshot/restore of
+/// the whole model's recurrent state (KV caches, conv windows, SSM states) at any position.
+///
+/// Sampling draws from a counter-based stream keyed by (seed, sequence, position), so a
+/// session's output does not depend on how it was split into calls.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/rng.hpp"
+#include "../core/workspace.hpp"
+
+namespace hybridseq::decode {
+
+struct Sampling {
+  double temperature = 0;  // 0: greedy (argmax)
+  int top_k = 0;           // 0: the whole vocabulary
+  std::uint64_t seed = 0;
+};
+
+template <class Model>
+class Session {
+  static_assert(core::require_decodable_branch<typename Model::body_type>(),
+                "hybridseq::decode::Session: every layer of the model must decode token by token");
+
+ public:
+  using Space = typename Model::execution_space;
+  using T = typename Model::scalar_type;
+  using State = typename Model::State;
+  static constexpr int V = Model::vocab;
+
+  Session(const Model& model, int batch) : model_(model), batch_(batch), state_(model.make_state(batch)) {
+    if (batch < 1) fail<value_error>("hybridseq::decode::Session", "batch must be >= 1, got ", batch);
+  }
+
+  /// Consumes `tokens` (B × len, row-major) after everything so far; keeps the last logits.
+  void prefill(const std::vector<std::int32_t>& tokens, int len) {
+    constexpr const char* api = "hybridseq::decode::Session::prefill";
+    if (len < 1 || tokens.size() != std::size_t(batch_) * len)
+      fail<shape_error>(api, "got ", tokens.size(), " tokens for batch ", batch_, " × len ", len);
+    Tensor<std::int32_t**, Space> ids("session.ids", batch_, len);
+    auto h = Kokkos::create_mirror_view(ids);
+    for (int b = 0; b < batch_; ++b)
+      for (int t = 0; t < len; ++t) h(b, t) = tokens[std::size_t(b) * len + t];
+    Kokkos::deep_copy(ids, h);
+    Tensor<T***, Space> logits("session.logits", batch_, len, V);
+    model_.prefill(ws_, state_, ids, logits);
+    auto lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits);
+    last_.assign(std::size_t(batch_) * V, 0.0);
+    for (int b = 0; b < batch_; ++b)
+      for (int v = 0; v < V; ++v) last_[std::size_t(b) * V + v] = double(lh(b, len - 1, v));
+  }
+
+  /// Generates `count` tokens per sequence (B × count, row-major), feeding each back in.
+  std::vector<std::int32_t> generate(int count, const Sampling& sampling = {}) {
+    constexpr const char* api = "hybridseq::decode::Session::generate";
+    if (last_.empty()) fail<config_error>(api, "prefill a prompt (at least one token) before generating");
+    if (sampling.temperature < 0 || !std::isfinite(sampling.temperature) || sampling.top_k < 0)
+      fail<value_error>(api, "temperature must be finite and >= 0 and top_k >= 0, got ", sampling.temperature, ", ",
+                        sampling.top_k);
+    std::vector<std::int32_t> out(std::size_t(batch_) * count);
+    std::vector<std::int32_t> next(batch_);
+    for (int i = 0; i < count; ++i) {
+      for (int b = 0; b < batch_; ++b) next[b] = pick(b, sampling);
+      for (int b = 0; b < batch_; ++b) out[std::size_t(b) * count + i] = next[b];
+      prefill(next, 1);
+    }
+    return out;
+  }
+
+  /// Logits (B × V) of the last consumed position.
+  const std::vector<double>& last_logits() const { return last_; }
+  std::int64_t length() const { return state_.length; }
+
+  struct Snapshot {
+    State state;
+    std::vector<double> last;
+  };
+  Snapshot snapshot() const { return {model_.snapshot(state_), last_}; }
+  void restore(const Snapshot& s) {
+    model_.restore(state_, s.state);
+    last_ = s.last;
+  }
+
+ private:
+  std::int32_t pick(int b, const Sampling& s) const {
+    const double* l = last_.data() + std::size_t(b) * V;
+    if (s.temperature == 0) return std::int32_t(std::max_element(l, l + V) - l);
+    std::vector<int> order(V);
+    std::iota(order.begin(), order.end(), 0);
+    const int k = s.top_k > 0 ? std::min(s.top_k, V) : V;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int c) { return l[a] > l[c]; });
+    const double top = l[order[0]];
+    std::vector<double> p(k);
+    double total = 0;
+    for (int i = 0; i < k; ++i) total += (p[i] = std::exp((l[order[i]] - top) / s.temperature));
+    const core::CounterRng rng(s.seed, std::uint64_t(b));
+    double u = rng.uniform(std::uint64_t(state_.length)) * total;
+    for (int i = 0; i < k; ++i)
+      if ((u -= p[i]) <= 0) return order[i];
+    return order[k - 1];
+  }
+
+  const Model& model_;
+  int batch_;
+  State state_;
+  core::Workspace<Space> ws_;
+  std::vector<double> last_;
+};
+
+}  // namespace hybridseq::decode

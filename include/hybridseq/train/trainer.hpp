@@ -1,0 +1,145 @@
+#pragma once
+/// \file
+/// The training loop: gradient accumulation, global-norm clipping, AdamW with a schedule,
+/// a progress display, periodic checkpoints and exact resumption.
+///
+/// Data comes from a callable `source(step, micro) -> TokenBatch<Space>`; it must be a pure
+/// function of (step, micro) (the tasks' and corpora's batch makers are), so a checkpoint's
+/// step *is* the data stream's state and a resumed run sees exactly the batches the
+/// uninterrupted one would have. With deterministic kernels (ours are: no atomics in
+/// reductions) the resumed losses are bit-identical on the same execution space.
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/parameter.hpp"
+#include "../core/workspace.hpp"
+#include "adamw.hpp"
+#include "checkpoint.hpp"
+#include "clip.hpp"
+#include "progress.hpp"
+#include "schedule.hpp"
+
+namespace hybridseq::train {
+
+/// One (micro-)batch of token ids and next-token targets (−100 = unsupervised), both (B, T).
+template <ExecutionSpace Space>
+struct TokenBatch {
+  Tensor<std::int32_t**, Space> ids;
+  Tensor<std::int32_t**, Space> targets;
+};
+
+struct TrainerOptions {
+  std::int64_t steps = 1000;  // optimizer steps
+  int accumulation = 1;       // micro-batches per step; the step's loss is their mean
+  double clip = 1.0;          // global gradient-norm bound; 0 disables clipping
+  Schedule schedule{};        // learning rate per step (Schedule::peak_lr, warm-up, decay)
+  AdamWOptions adamw{};
+  std::uint64_t data_seed = 1;  // recorded in checkpoints; the source uses it
+  ProgressMode progress = ProgressMode::automatic;
+  int log_every = 100;
+  std::string label = "train";
+  std::filesystem::path checkpoint{};  // where to save; empty: never
+  std::int64_t checkpoint_every = 0;  // steps between saves; 0: only at the end (if a path is set)
+  std::map<std::string, std::string> metadata{};  // stored in checkpoints
+};
+
+struct StepLog {
+  std::int64_t step;  // 1-based
+  double loss;
+  double lr;
+  double grad_norm;  // before clipping
+};
+
+struct TrainSummary {
+  std::vector<StepLog> log;
+  std::int64_t tokens = 0;
+  double seconds = 0;
+  double tokens_per_second() const { return seconds > 0 ? double(tokens) / seconds : 0; }
+};
+
+template <class Model>
+class Trainer {
+  static_assert(core::require_trainable_branch<typename Model::body_type>(),
+                "hybridseq::train::Trainer: the model's body must be trainable");
+
+ public:
+  using Space = typename Model::execution_space;
+  using T = typename Model::scalar_type;
+
+  Trainer(Model& model, const TrainerOptions& options)
+      : model_(model), options_(options), optimizer_(model, options.adamw) {
+    constexpr const char* api = "hybridseq::train::Trainer";
+    if (options.steps < 0) fail<value_error>(api, "steps must be >= 0, got ", options.steps);
+    if (options.accumulation < 1) fail<value_error>(api, "accumulation must be >= 1, got ", options.accumulation);
+    if (!(options.clip >= 0)) fail<value_error>(api, "clip must be >= 0 (0 = off), got ", options.clip);
+  }
+
+  /// Trains from the current step up to `until` (default: options.steps). Throws value_error
+  /// naming the step if a loss or the gradient norm is not finite.
+  template <class Source>
+  TrainSummary run(Source&& source, std::int64_t until = -1) {
+    constexpr const char* api = "hybridseq::train::Trainer::run";
+    const std::int64_t end = until < 0 ? options_.steps : std::min(until, options_.steps);
+    Progress progress(options_.label, options_.steps, options_.progress, options_.log_every);
+    TrainSummary summary;
+    const auto start = std::chrono::steady_clock::now();
+    for (; step_ < end; ++step_) {
+      core::zero_grad(model_);
+      double loss = 0;
+      for (int micro = 0; micro < options_.accumulation; ++micro) {
+        const TokenBatch<Space> batch = source(step_, micro);
+        loss += double(model_.train_step(ws_, batch.ids, batch.targets, T(1) / T(options_.accumulation)));
+        summary.tokens += std::int64_t(batch.ids.size());
+      }
+      loss /= options_.accumulation;
+      const double norm = options_.clip > 0 ? clip_gradient_norm(model_, options_.clip) : gradient_norm(model_);
+      if (!std::isfinite(loss) || !std::isfinite(norm))
+        fail<value_error>(api, "non-finite training at step ", step_ + 1, ": loss ", loss, ", gradient norm ", norm);
+      const double lr = options_.schedule(step_);
+      optimizer_.step(lr);
+      summary.log.push_back({step_ + 1, loss, lr, norm});
+      progress.update(step_ + 1, loss, lr, summary.tokens);
+      if (!options_.checkpoint.empty() && options_.checkpoint_every > 0 && (step_ + 1) % options_.checkpoint_every == 0)
+        save(options_.checkpoint, step_ + 1);
+    }
+    summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!options_.checkpoint.empty() && options_.checkpoint_every == 0) save(options_.checkpoint, step_);
+    return summary;
+  }
+
+  /// Saves parameters, optimizer state, step and data seed.
+  void save(const std::filesystem::path& path) { save(path, step_); }
+
+  /// Restores a checkpoint written by `save`; the next `run` continues from its step.
+  void resume(const std::filesystem::path& path) {
+    const auto info = load_checkpoint(path, model_, optimizer_);
+    if (info.data_seed != options_.data_seed)
+      fail<config_error>("hybridseq::train::Trainer::resume", path.string(), " was trained with data seed ",
+                         info.data_seed, ", this trainer uses ", options_.data_seed);
+    step_ = info.step;
+  }
+
+  std::int64_t step() const { return step_; }
+  const AdamW<Model>& optimizer() const { return optimizer_; }
+  core::Workspace<Space>& workspace() { return ws_; }
+
+ private:
+  void save(const std::filesystem::path& path, std::int64_t step) {
+    save_checkpoint(path, model_, optimizer_, {step, options_.data_seed, options_.metadata});
+  }
+
+  Model& model_;
+  TrainerOptions options_;
+  AdamW<Model> optimizer_;
+  core::Workspace<Space> ws_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace hybridseq::train

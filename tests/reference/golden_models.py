@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""Golden files of whole language models: tests/golden/model_*.safetensors.
+
+    pip install torch safetensors numpy [transformers]
+    python3 tests/reference/golden_models.py [--out tests/golden]
+
+or from make_golden.py: ``golden_models.write_model_goldens(out)``.
+
+The models are tests/reference/models.py (built from the per-layer references), with the
+shapes of the C++ cases in tests/cases/model_cases.hpp:
+
+    model_pha          PhaTiny: 2 PHA blocks, E 8, attention 2 q heads / 1 kv head of 4
+                       (cosine, per-head temperature, causal), GSS F 16 H 6 N 4, Dual-FFN 16 + 8
+    model_transformer  2 NeoX layers cooper_tf(8, 2, window 4): 2 summed heads of 8, RoPE on 2
+                       dims, QKV/out biases, MLP 16 SiLU
+    model_mamba_lm     2 Mamba layers cooper_ssm(8, 2): d_state 2, expand 2, conv 4, dt_rank 1
+    model_hybrid       Stack [Mamba, NeoX, NeoX] ×1, final LayerNorm
+
+Vocabulary 11, batch 2, time 9. Same conventions as make_golden.py (README.md): a fixed seed
+per case; parameters drawn in float64 and rounded to float32; forward and backward
+(autograd of the mean cross-entropy) in float64 on those values; stored as F32 with ids and
+targets as I64:
+
+    input (B, T) ids, targets (B, T) (two are -100, ignored), output = the loss (0-d),
+    logits (B, T, V), params/<C++ dotted name>, grads/<C++ dotted name>
+
+Parameters: linear weights ~ N(0, 1/fan_in), biases ~ N(0, 0.1²), norm gains 1 + 0.1 N(0,1),
+embedding ~ N(0,1), head ~ N(0, 0.5²); cosine temperatures log 10 + 0.3 N(0,1); mixer
+logits log(e−1) + 0.5 N(0,1) (unequal mixing weights); GSS and Mamba SSM parameters as in
+golden_gss.py / golden_mamba.py.
+
+When transformers is installed, the Mamba LM is also run as Hugging Face's
+MambaForCausalLM (untied head, norm eps 1e-6, residual kept in the model dtype) on the same
+weights, and its logits, loss and every gradient must agree (HF rounds some intermediates
+to float32 even in a float64 model, hence the 1e-5 relative bound, not 1e-12).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+import safetensors.torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+import make_golden  # noqa: E402
+import models  # noqa: E402
+from make_golden import f32_round, randn  # noqa: E402
+
+GENERATOR = "tests/reference/golden_models.py"
+F64 = torch.float64
+VOCAB, BATCH, TIME = 11, 2, 9
+
+PHA_TINY = dict(d_model=8, heads=2, kv_heads=1, head_dim=4, gss_gate=16, gss_ssm=6, gss_state=4,
+                ffn_primary=16, ffn_auxiliary=8)
+TF_TINY = models.cooper_tf(8, 2, 4)
+SSM_TINY = models.cooper_ssm(8, 2)
+
+
+def build_pha():
+    return models.pha(VOCAB, PHA_TINY, 2), {"model": "Pha", "blocks": 2, "shape": PHA_TINY,
+                                           "alpha": models.deepnorm_alpha(2), "layout": "pha (default)"}
+
+
+def build_transformer():
+    return models.transformer(VOCAB, TF_TINY, 2), {"model": "Transformer", "layers": 2, "shape": TF_TINY}
+
+
+def build_mamba_lm():
+    return models.mamba_lm(VOCAB, SSM_TINY, 2), {"model": "MambaLm", "layers": 2, "shape": SSM_TINY}
+
+
+def build_hybrid():
+    pattern = [lambda: models.mamba_layer(SSM_TINY), lambda: models.neox_layer(TF_TINY),
+               lambda: models.neox_layer(TF_TINY)]
+    return models.stack(VOCAB, 8, pattern, 1), {"model": "Stack", "pattern": ["MambaLayer", "NeoxLayer", "NeoxLayer"],
+                                                "count": 1, "ssm": SSM_TINY, "tf": TF_TINY}
+
+
+# (name, seed, builder)
+CASES: List[Tuple[str, int, Callable]] = [
+    ("model_pha", 4001, build_pha),
+    ("model_transformer", 4002, build_transformer),
+    ("model_mamba_lm", 4003, build_mamba_lm),
+    ("model_hybrid", 4004, build_hybrid),
+]
+
+
+# --------------------------------------------------------------------------
+# Parameters
+# --------------------------------------------------------------------------
+
+def _draw_module(g: torch.Generator, name: str, m: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    """Values of the module's own (non-recursive) parameters, in registration order."""
+    own = dict(m.named_parameters(recurse=False))
+    if not own:
+        return {}
+    if isinstance(m, models.Linear):
+        out = {"weight": randn(g, *m.weight.shape, std=m.weight.shape[1] ** -0.5)}
+        if m.bias is not None:
+            out["bias"] = randn(g, *m.bias.shape, std=0.1)
+        return out
+    if isinstance(m, models.RMSNorm):
+        return {"weight": randn(g, *m.weight.shape, std=0.1, mean=1.0)}
+    if isinstance(m, models.LayerNorm):
+        return {"weight": randn(g, *m.weight.shape, std=0.1, mean=1.0), "bias": randn(g, *m.bias.shape, std=0.1)}
+    if isinstance(m, models.Embedding):
+        return {"weight": randn(g, *m.weight.shape, std=1.0)}
+    if isinstance(m, models.LmHead):
+        return {"weight": randn(g, *m.weight.shape, std=0.5)}
+    if isinstance(m, models.SoftplusMixer):
+        return {"logits": randn(g, *m.logits.shape, std=0.5, mean=math.log(math.e - 1.0))}
+    if isinstance(m, models.Attention):
+        return {"logit_scale": randn(g, *m.logit_scale.shape, std=0.3, mean=math.log(10.0))}
+    if isinstance(m, models.Gss):  # as golden_gss.py
+        h, n = m.c_re.shape
+        return {"lambda_re": randn(g, n, std=0.6, mean=-0.5), "lambda_im": randn(g, n, std=0.6),
+                "c_re": randn(g, h, n, std=0.5), "c_im": randn(g, h, n, std=0.5), "d": randn(g, h, std=0.5)}
+    if isinstance(m, models.Mamba):  # as golden_mamba.py
+        di, n = m.A_log.shape
+        return {"A_log": f32_round(torch.log(torch.arange(1, n + 1, dtype=F64)).expand(di, n)
+                                   + 0.1 * torch.randn(di, n, generator=g, dtype=F64)),
+                "D": randn(g, di, std=0.1, mean=1.0)}
+    if name.endswith("conv1d"):
+        k = m.weight.shape[-1]
+        out = {"weight": randn(g, *m.weight.shape, std=k ** -0.5)}
+        if "bias" in own:
+            out["bias"] = randn(g, *m.bias.shape, std=0.1)
+        return out
+    if name.endswith("dt_proj"):
+        di, r = m.weight.shape
+        w = randn(g, di, r, std=r ** -0.5)
+        # Δ = softplus(bias) log-uniform in [0.01, 0.5] (Mamba's initialisation).
+        lo, hi = math.log(0.01), math.log(0.5)
+        dt = torch.exp(torch.rand(di, generator=g, dtype=F64) * (hi - lo) + lo)
+        return {"weight": w, "bias": f32_round(dt + torch.log(-torch.expm1(-dt)))}
+    raise KeyError(f"no draw rule for {name} ({type(m).__name__})")
+
+
+def draw_parameters(model: torch.nn.Module, g: torch.Generator) -> Dict[str, torch.Tensor]:
+    """Every parameter of `model` (C++ dotted names), drawn module by module in pre-order."""
+    values: Dict[str, torch.Tensor] = {}
+    for name, m in model.named_modules():
+        drawn = _draw_module(g, name, m)
+        own = dict(m.named_parameters(recurse=False))
+        assert set(drawn) == set(own), (name, set(drawn), set(own))
+        for k, v in drawn.items():
+            assert v.shape == own[k].shape, (name, k)
+            values[(name + "." if name else "") + k] = v
+    assert set(values) == {k for k, _ in model.named_parameters()}
+    return values
+
+
+def draw_tokens(g: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(0, VOCAB, (BATCH, TIME), generator=g, dtype=torch.int64)
+    targets = torch.randint(0, VOCAB, (BATCH, TIME), generator=g, dtype=torch.int64)
+    ids[1, 4] = ids[0, 0]  # a repeated id: embedding gradients accumulate
+    targets[0, 2] = models.IGNORE_INDEX
+    targets[1, 6] = models.IGNORE_INDEX
+    return ids, targets
+
+
+def forward_backward(model: torch.nn.Module, values: Dict[str, torch.Tensor], ids, targets):
+    """float64 loss, logits and d loss / d every parameter (autograd)."""
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for k, v in values.items():
+            params[k].copy_(v)
+    loss, logits = model(ids, targets)
+    grads = torch.autograd.grad(loss, list(params.values()))
+    return loss.detach(), logits.detach(), dict(zip(params.keys(), grads))
+
+
+# --------------------------------------------------------------------------
+# Hugging Face cross-check of the Mamba LM
+# --------------------------------------------------------------------------
+
+def hf_mamba_check(values: Dict[str, torch.Tensor], ids, targets, loss, logits, grads) -> Optional[dict]:
+    """Runs transformers' MambaForCausalLM on the same weights; returns the max differences
+    (None when transformers is not installed). Asserts agreement."""
+    try:
+        from transformers import MambaConfig, MambaForCausalLM
+    except ImportError:
+        print("note: transformers is not installed; skipping the MambaForCausalLM cross-check")
+        return None
+    s = SSM_TINY
+    layers_n = 1 + max(int(k.split(".")[1]) for k in values if k.startswith("body."))
+    config = MambaConfig(vocab_size=VOCAB, hidden_size=s["d_model"], state_size=s["d_state"], expand=s["expand"],
+                         conv_kernel=s["d_conv"], time_step_rank=models.mamba_ref.dt_rank_for(s["d_model"]),
+                         use_bias=s["bias"], use_conv_bias=s["conv_bias"], hidden_act="silu",
+                         num_hidden_layers=layers_n, layer_norm_epsilon=models.RMS_EPS, residual_in_fp32=False,
+                         tie_word_embeddings=False)
+    hf = MambaForCausalLM(config).to(F64).eval()
+
+    def hf_name(k: str) -> str:
+        if k == "embed.weight":
+            return "backbone.embeddings.weight"
+        if k == "norm.weight":
+            return "backbone.norm_f.weight"
+        if k == "head.weight":
+            return "lm_head.weight"
+        _, i, part, rest = k.split(".", 3)
+        return f"backbone.layers.{i}.{'norm' if part == 'norm' else 'mixer'}.{rest}"
+
+    names = {hf_name(k): k for k in values}
+    want = {k for k, _ in hf.named_parameters()}
+    assert set(names) == want, (set(names) ^ want)
+    params = dict(hf.named_parameters())
+    with torch.no_grad():
+        for h, k in names.items():
+            params[h].copy_(values[k])
+    out = hf(input_ids=ids)
+    hf_logits = out.logits
+    hf_loss = F.cross_entropy(hf_logits.reshape(-1, VOCAB), targets.reshape(-1), ignore_index=models.IGNORE_INDEX)
+    hf_grads = torch.autograd.grad(hf_loss, list(params.values()))
+    d_logits = (hf_logits.detach() - logits).abs().max().item()
+    d_loss = abs(hf_loss.item() - loss.item())
+    d_grad = max(((gh - grads[names[h]]).abs().max() / grads[names[h]].abs().max().clamp_min(1e-30)).item()
+                 for h, gh in zip(params.keys(), hf_grads))
+    scale = logits.abs().max().item()
+    print(f"model_mamba_lm vs transformers MambaForCausalLM: max |Δlogits| {d_logits:.2e} (max |logit| {scale:.2f}),"
+          f" |Δloss| {d_loss:.2e}, max relative Δgrad per tensor {d_grad:.2e}")
+    assert d_logits <= 1e-5 * scale and d_loss <= 1e-5 * abs(loss.item()) and d_grad <= 1e-4, \
+        "the Mamba LM reference and transformers' MambaForCausalLM disagree"
+    return {"logits": d_logits, "loss": d_loss, "grad_rel": d_grad}
+
+
+# --------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------
+
+def build_case(name: str, seed: int, builder: Callable):
+    g = torch.Generator().manual_seed(seed)
+    model, cfg = builder()
+    model = model.to(F64)
+    values = draw_parameters(model, g)
+    ids, targets = draw_tokens(g)
+    loss, logits, grads = forward_backward(model, values, ids, targets)
+    if name == "model_mamba_lm":
+        hf_mamba_check(values, ids, targets, loss, logits, grads)
+
+    def f32(t):
+        return t.detach().to(torch.float32).contiguous()
+
+    tensors: Dict[str, torch.Tensor] = {"input": ids.contiguous(), "targets": targets.contiguous(),
+                                        "output": f32(loss), "logits": f32(logits)}
+    for k, v in values.items():
+        tensors["params/" + k] = f32(v)
+        tensors["grads/" + k] = f32(grads[k])
+    cfg = dict(cfg, vocab=VOCAB, input_shape=[BATCH, TIME], ignore_index=models.IGNORE_INDEX, reduction="mean",
+               rms_eps=models.RMS_EPS, layernorm_eps=models.LN_EPS, gss_eps=models.GSS_EPS,
+               rope_base=models.ROPE_BASE, seed=seed)
+    return tensors, cfg
+
+
+def write_case(outdir: str, name: str, seed: int, builder: Callable) -> str:
+    tensors, cfg = build_case(name, seed, builder)
+    metadata = {"case": name, "generator": GENERATOR, "torch": torch.__version__,
+                "config": json.dumps(cfg, sort_keys=True)}
+    path = os.path.join(outdir, name + ".safetensors")
+    blob = make_golden.canonical_safetensors_bytes(tensors, metadata)
+    with open(path, "wb") as f:
+        f.write(blob)
+    back = safetensors.torch.load_file(path)
+    assert set(back) == set(tensors)
+    for k in tensors:
+        assert back[k].dtype == tensors[k].dtype and torch.equal(back[k], tensors[k]), k
+    n_params = sum(1 for k in tensors if k.startswith("params/"))
+    print(f"{name}.safetensors: {len(blob)} B, {n_params} parameters, loss {tensors['output'].item():.6f}")
+    return path
+
+
+def write_model_goldens(outdir: str) -> List[str]:
+    """Writes every model golden into `outdir`; returns their paths."""
+    os.makedirs(outdir, exist_ok=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # keep float64 reductions order-stable
+    try:
+        return [write_case(outdir, *case) for case in CASES]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.path.join("tests", "golden"), help="output directory (default: tests/golden)")
+    args = ap.parse_args(argv)
+    write_model_goldens(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
