@@ -12,6 +12,7 @@ packages=(
   libopenblas-dev        # the host GEMM backend (cblas.h, pthread flavour)
   libopenblas0-openmp    # OpenBLAS sharing Kokkos' OpenMP thread pool
   libcli11-dev           # command-line parsing for examples and tools
+  nlohmann-json3-dev     # JSON results of hybridseq-ablate
   dpkg-dev               # apt-get source needs dpkg-source to exist
   xz-utils
 )

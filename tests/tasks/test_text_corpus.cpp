@@ -26,9 +26,9 @@ using Catch::Matchers::Contains;
 using hybridseq::tasks::ByteCorpus;
 using hybridseq::tasks::ByteCorpusOptions;
 using hybridseq::tasks::Split;
-using hybridseq::tasks::TextBatch;
+using hybridseq::tasks::Batch;
 
-constexpr std::int32_t kIgnore = TextBatch::ignore_index;
+constexpr std::int32_t kIgnore = hybridseq::tasks::null_target;
 
 /// A fresh directory under the system temp dir, removed (with its contents) on destruction.
 class TempDir {
@@ -81,7 +81,7 @@ bool is_line_start(const std::string& text, std::int64_t p) {
 /// Every scored target of a run of eval batches, as (absolute target index j, byte), given that
 /// window w (counted across batches, row-major) starts at w·stride. Checks along the way that
 /// ids are the split's bytes, targets the next byte, and padding is (0, -100).
-std::vector<std::int64_t> scored_indices(const std::vector<TextBatch>& batches, std::span<const std::uint8_t> data,
+std::vector<std::int64_t> scored_indices(const std::vector<Batch>& batches, std::span<const std::uint8_t> data,
                                          int stride) {
   std::vector<std::int64_t> scored;
   std::int64_t w = 0;

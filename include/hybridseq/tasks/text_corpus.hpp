@@ -23,26 +23,16 @@
 
 #include "../core/error.hpp"
 #include "../core/rng.hpp"
+#include "batch.hpp"
+#include "example.hpp"
 
 namespace hybridseq::tasks {
 
-/// A batch of next-token examples, row-major (B, T): targets(b, t) is the token that follows
-/// ids(b, t), or `ignore_index` (-100, PyTorch's default) where the position is not scored.
-/// (The synthetic tasks produce single `Example`s; this is the batched, row-major form.)
-struct TextBatch {
-  /// The target of an unscored position (LmHeadLoss' default `ignore_index`).
-  static constexpr std::int32_t ignore_index = -100;
-
-  int batch = 0, len = 0;             // B, T
-  std::vector<std::int32_t> ids;      // (B, T) token ids in [0, 256)
-  std::vector<std::int32_t> targets;  // (B, T) next token, or ignore_index
-};
-
 /// Number of scored (non-ignored) targets in a batch: the weight of its mean loss when
 /// averaging over several batches.
-inline std::int64_t scored_targets(const TextBatch& b) {
+inline std::int64_t scored_targets(const Batch& b) {
   return static_cast<std::int64_t>(
-      std::count_if(b.targets.begin(), b.targets.end(), [](std::int32_t t) { return t != TextBatch::ignore_index; }));
+      std::count_if(b.targets.begin(), b.targets.end(), [](std::int32_t t) { return t != null_target; }));
 }
 
 /// Which contiguous part of the corpus.
@@ -91,7 +81,7 @@ inline std::string decode(std::span<const std::int32_t> ids) {
   std::string out;
   out.reserve(ids.size());
   for (std::int32_t id : ids) {
-    if (id == TextBatch::ignore_index) continue;
+    if (id == null_target) continue;
     out += (id >= 0 && id < 256) ? static_cast<char>(static_cast<unsigned char>(id)) : '?';
   }
   return out;
@@ -180,7 +170,7 @@ class ByteCorpus {
   /// (corpus, seed, step, T), identical on every machine and in any order of steps, and its
   /// first rows do not depend on B.
   /// Requires: B ≥ 1, T ≥ 1, train split ≥ T+1 bytes (value_error otherwise).
-  TextBatch sample_batch(std::uint64_t seed, std::uint64_t step, int batch, int len) const {
+  Batch sample_batch(std::uint64_t seed, std::uint64_t step, int batch, int len) const {
     constexpr std::string_view api = "hybridseq::tasks::ByteCorpus::sample_batch";
     check_batch_len(api, batch, len);
     const auto train = split(Split::train);
@@ -190,7 +180,7 @@ class ByteCorpus {
                         " bytes, fewer than len + 1 = ", static_cast<std::int64_t>(len) + 1);
     const auto starts = static_cast<std::uint64_t>(n - len);  // valid window starts: [0, n - T)
     const core::CounterRng rng(seed, sample_stream + step);
-    TextBatch out = empty_batch(batch, len);
+    Batch out = empty_batch(batch, len);
     for (int b = 0; b < batch; ++b) {
       const auto p = static_cast<std::size_t>(rng.bits(static_cast<std::uint64_t>(b)) % starts);
       const auto row = static_cast<std::size_t>(b) * static_cast<std::size_t>(len);
@@ -213,7 +203,7 @@ class ByteCorpus {
   /// 0 < stride < T: sliding-window evaluation (as for ECP / sliding-window attention models,
   /// and HF's strided perplexity): windows of T bytes start at i = 0, S, 2S, ...; the first
   /// window scores all its T targets, each later one scores only its last S targets (the
-  /// others are ignore_index, −100, and serve as context), so every scored target after the
+  /// others are null_target, −100, and serve as context), so every scored target after the
   /// first window sees at least T − S bytes of context. Costs T/S times the non-overlapping
   /// evaluation.
   ///
@@ -221,7 +211,7 @@ class ByteCorpus {
   /// −100 (at the end of a row, so causal models are unaffected), and the last batch is
   /// filled up with such rows. Weight each batch's mean loss by `scored_targets`.
   /// Requires: B ≥ 1, T ≥ 1, 0 ≤ stride ≤ T, the split ≥ T+1 bytes (value_error otherwise).
-  std::vector<TextBatch> eval_batches(Split s, int batch, int len, std::int64_t max_tokens = 0, int stride = 0) const {
+  std::vector<Batch> eval_batches(Split s, int batch, int len, std::int64_t max_tokens = 0, int stride = 0) const {
     constexpr std::string_view api = "hybridseq::tasks::ByteCorpus::eval_batches";
     check_batch_len(api, batch, len);
     if (stride < 0 || stride > len) fail<value_error>(api, "stride is ", stride, ", expected in [0, len = ", len, "]");
@@ -234,7 +224,7 @@ class ByteCorpus {
     const std::int64_t m = max_tokens > 0 ? std::min(total, max_tokens + 1) : total;
     const std::int64_t last_target = m - 1;  // targets are 1 .. m-1
 
-    std::vector<TextBatch> out;
+    std::vector<Batch> out;
     std::int64_t scored_end = 0;  // targets 1 .. scored_end are already scored
     int row = batch;              // row within out.back(); batch = "start a new batch"
     for (std::int64_t i = 0; scored_end < last_target; i += stride) {
@@ -242,7 +232,7 @@ class ByteCorpus {
         out.push_back(empty_batch(batch, len));
         row = 0;
       }
-      TextBatch& bt = out.back();
+      Batch& bt = out.back();
       const auto base = static_cast<std::size_t>(row) * static_cast<std::size_t>(len);
       const std::int64_t first_scored = scored_end + 1;  // absolute target index
       for (std::int64_t t = 0; t < len; ++t) {
@@ -296,10 +286,10 @@ class ByteCorpus {
     if (batch < 1 || len < 1) fail<value_error>(api, "batch is ", batch, ", len is ", len, ", expected both ≥ 1");
   }
 
-  static TextBatch empty_batch(int batch, int len) {
+  static Batch empty_batch(int batch, int len) {
     const auto count = static_cast<std::size_t>(batch) * static_cast<std::size_t>(len);
-    return TextBatch{batch, len, std::vector<std::int32_t>(count, 0),
-                     std::vector<std::int32_t>(count, TextBatch::ignore_index)};
+    return Batch{batch, len, std::vector<std::int32_t>(count, 0),
+                     std::vector<std::int32_t>(count, null_target)};
   }
 
   std::vector<std::uint8_t> bytes_;

@@ -1,0 +1,156 @@
+#pragma once
+// One ablation experiment: train an architecture on a synthetic task, then measure it —
+// parameters, final training loss, char/string accuracy at the training lengths, accuracy at
+// longer lengths (length generalisation), out-of-distribution accuracy (another bit ratio /
+// rate), throughput, and for PHA the learned mixing weights per layer.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <hybridseq/models.hpp>
+#include <hybridseq/tasks.hpp>
+#include <hybridseq/train.hpp>
+
+namespace hybridseq::ablate {
+
+/// Every architecture of the tool shares one vocabulary size (tasks must fit in it).
+inline constexpr int vocab = 64;
+
+/// PHA widths for the synthetic tasks: E=8, 2 query heads / 1 KV head of 4, GSS F=16 H=8 N=8,
+/// Dual-FFN 16 + 8 (the tiny scale of Cooper et al.'s models).
+inline constexpr models::PhaShape pha_tiny{8, 2, 1, 4, 16, 8, 8, 16, 8};
+
+struct ExperimentConfig {
+  tasks::AnyTask task;
+  std::optional<tasks::AnyTask> ood_task{};  // same task, shifted distribution
+  std::int64_t steps = 1000;
+  int batch = 8;
+  int min_len = 20, max_len = 50;      // training lengths
+  std::vector<int> eval_lengths{};     // length generalisation (each evaluated at exactly that length)
+  int eval_batches = 8, eval_batch = 32;
+  double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
+  std::int64_t warmup = 100;
+  std::uint64_t seed = 1;  // parameters; data uses seed + 1, evaluation seed + 2
+  train::ProgressMode progress = train::ProgressMode::automatic;
+};
+
+struct LengthAccuracy {
+  int length;
+  tasks::Accuracy accuracy;
+};
+
+struct ArchResult {
+  std::string arch;
+  std::int64_t parameters = 0;
+  double final_loss = 0;  // mean training loss over the last 10 % of steps
+  tasks::Accuracy accuracy;
+  std::vector<LengthAccuracy> length_generalisation;
+  std::optional<tasks::Accuracy> ood;
+  double tokens_per_second = 0, seconds = 0;
+  std::vector<double> loss_curve;                  // per step
+  std::vector<std::vector<double>> mixing_weights;  // per mixing layer (PHA)
+};
+
+namespace detail {
+
+template <class Model>
+tasks::Accuracy evaluate(Model& model, core::Workspace<typename Model::execution_space>& ws, const tasks::AnyTask& task,
+                         std::uint64_t seed, int batches, int batch, int min_len, int max_len) {
+  using Space = typename Model::execution_space;
+  tasks::Accuracy total;
+  for (int i = 0; i < batches; ++i) {
+    const auto b = tasks::make_batch(task, seed, std::uint64_t(i), batch, min_len, max_len);
+    auto [ids, targets] = tasks::to_device<Space>(b);
+    Tensor<typename Model::scalar_type***, Space> logits("logits", b.batch, b.len, Model::vocab);
+    model.logits(ws, ids, logits);
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits);
+    std::vector<std::int32_t> pred(std::size_t(b.batch) * b.len);
+    for (int r = 0; r < b.batch; ++r)
+      for (int t = 0; t < b.len; ++t) {
+        int best = 0;
+        for (int v = 1; v < Model::vocab; ++v)
+          if (h(r, t, v) > h(r, t, best)) best = v;
+        pred[std::size_t(r) * b.len + t] = best;
+      }
+    tasks::accumulate(total, b, pred);
+  }
+  return total;
+}
+
+}  // namespace detail
+
+/// Trains a fresh `Model` of `layers` blocks under `config` and measures it.
+template <class Model>
+ArchResult run_experiment(const std::string& name, int layers, const ExperimentConfig& config) {
+  using Space = typename Model::execution_space;
+  if (config.task.vocab_size() > Model::vocab)
+    fail<config_error>("hybridseq-ablate", "task '", config.task.name(), "' has ", config.task.vocab_size(),
+                       " tokens; the architectures are built for at most ", Model::vocab);
+  typename Model::Options options;
+  options.body.count = layers;
+  Model model(options);
+  if constexpr (requires { model.initialize(config.seed); }) model.initialize(config.seed);
+  else core::initialize(model, config.seed);
+
+  train::TrainerOptions to;
+  to.steps = config.steps;
+  to.clip = config.clip;
+  to.schedule = {.peak_lr = config.lr, .warmup_steps = config.warmup, .total_steps = config.steps};
+  to.adamw = {.lr = config.lr, .weight_decay = config.weight_decay};
+  to.data_seed = config.seed + 1;
+  to.progress = config.progress;
+  to.log_every = int(std::max<std::int64_t>(1, config.steps / 10));
+  to.label = name;
+  train::Trainer trainer(model, to);
+  const auto summary = trainer.run([&](std::int64_t step, int) {
+    const auto b = tasks::make_batch(config.task, to.data_seed, std::uint64_t(step), config.batch, config.min_len,
+                                     config.max_len);
+    auto [ids, targets] = tasks::to_device<Space>(b);
+    return train::TokenBatch<Space>{ids, targets};
+  });
+
+  ArchResult r;
+  r.arch = name;
+  r.parameters = core::parameter_count(model);
+  r.seconds = summary.seconds;
+  r.tokens_per_second = summary.tokens_per_second();
+  for (const auto& s : summary.log) r.loss_curve.push_back(s.loss);
+  const std::size_t tail = std::max<std::size_t>(1, summary.log.size() / 10);
+  for (std::size_t i = summary.log.size() - std::min(tail, summary.log.size()); i < summary.log.size(); ++i)
+    r.final_loss += summary.log[i].loss / double(std::min(tail, summary.log.size()));
+
+  auto& ws = trainer.workspace();
+  const std::uint64_t eval_seed = config.seed + 2;
+  r.accuracy = detail::evaluate(model, ws, config.task, eval_seed, config.eval_batches, config.eval_batch,
+                                config.min_len, config.max_len);
+  for (int len : config.eval_lengths)
+    r.length_generalisation.push_back(
+        {len, detail::evaluate(model, ws, config.task, eval_seed, config.eval_batches, config.eval_batch, len, len)});
+  if (config.ood_task)
+    r.ood = detail::evaluate(model, ws, *config.ood_task, eval_seed, config.eval_batches, config.eval_batch,
+                             config.min_len, config.max_len);
+  core::for_each_module(model, [&](std::string_view, auto& m) {
+    if constexpr (requires { m.mixing_weights(); }) {
+      const auto w = m.mixing_weights();
+      r.mixing_weights.emplace_back(w.begin(), w.end());
+    }
+  });
+  return r;
+}
+
+/// An architecture the tool can train: its name, a one-line description and its runner.
+struct Architecture {
+  std::string name;
+  std::string description;
+  ArchResult (*run)(const ExperimentConfig&);
+};
+
+// Defined in one translation unit per family, so they compile in parallel.
+std::vector<Architecture> cooper_architectures();
+std::vector<Architecture> pha_architectures();
+std::vector<Architecture> pha_ablation_architectures();
+
+}  // namespace hybridseq::ablate

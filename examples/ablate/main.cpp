@@ -1,0 +1,217 @@
+// hybridseq-ablate: train a chosen set of architectures on a synthetic task and compare them.
+//
+//   hybridseq-ablate                                   # decode-recall: ssm, tf, ssm-tf-tf, pha
+//   hybridseq-ablate --task var-copy --arch ssm,tf,ssm-tf,ssm-tf-tf
+//   hybridseq-ablate --arch pha-ablations --steps 500 --json grid.json
+//   hybridseq-ablate --list
+//
+// Prints a results table (parameters, final training loss, char/string accuracy, accuracy at
+// longer lengths, OOD accuracy, tokens/s) and PHA's learned mixing weights per layer; writes
+// the same to JSON/CSV on request (scripts/plot_ablation.py turns the JSON into a PNG).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "experiment.hpp"
+
+using namespace hybridseq;
+using namespace hybridseq::ablate;
+
+namespace {
+
+std::vector<Architecture> all_architectures() {
+  std::vector<Architecture> all = cooper_architectures();
+  for (auto& a : pha_architectures()) all.push_back(a);
+  for (auto& a : pha_ablation_architectures()) all.push_back(a);
+  return all;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+/// Resolves the --arch list; "pha-ablations" expands to the whole grid, "all" to everything.
+std::vector<Architecture> select(const std::vector<Architecture>& all, const std::vector<std::string>& names) {
+  std::vector<Architecture> out;
+  for (const auto& n : names) {
+    if (n == "all" || n == "pha-ablations") {
+      for (const auto& a : all)
+        if (n == "all" || a.name.rfind("pha", 0) == 0) out.push_back(a);
+      continue;
+    }
+    bool found = false;
+    for (const auto& a : all)
+      if (a.name == n) out.push_back(a), found = true;
+    if (!found) fail<config_error>("hybridseq-ablate", "unknown architecture '", n, "' (see --list)");
+  }
+  return out;
+}
+
+double mean_char(const std::vector<LengthAccuracy>& v) {
+  double s = 0;
+  for (const auto& x : v) s += x.accuracy.chr;
+  return v.empty() ? 0 : s / double(v.size());
+}
+
+void print_table(const std::vector<ArchResult>& results, const ExperimentConfig& c, bool has_ood) {
+  std::printf("\n%-28s %9s %8s %8s %8s %10s %8s %10s\n", "architecture", "params", "loss", "char", "string",
+              "longer", has_ood ? "OOD" : "", "tokens/s");
+  for (const auto& r : results) {
+    std::printf("%-28s %9lld %8.4f %8.3f %8.3f %10.3f ", r.arch.c_str(), static_cast<long long>(r.parameters),
+                r.final_loss, r.accuracy.chr, r.accuracy.str, mean_char(r.length_generalisation));
+    if (r.ood) std::printf("%8.3f ", r.ood->chr);
+    else std::printf("%8s ", "");
+    std::printf("%10.0f\n", r.tokens_per_second);
+  }
+  std::printf("(char/string: accuracy at training lengths %d-%d; longer: mean char accuracy at lengths", c.min_len,
+              c.max_len);
+  for (int l : c.eval_lengths) std::printf(" %d", l);
+  std::printf(")\n");
+  if (!c.eval_lengths.empty()) {
+    std::printf("\nlength generalisation (char accuracy)\n%-28s", "architecture");
+    for (int l : c.eval_lengths) std::printf(" %6d", l);
+    std::printf("\n");
+    for (const auto& r : results) {
+      std::printf("%-28s", r.arch.c_str());
+      for (const auto& x : r.length_generalisation) std::printf(" %6.3f", x.accuracy.chr);
+      std::printf("\n");
+    }
+  }
+  bool any_mixing = false;
+  for (const auto& r : results)
+    if (r.arch.rfind("pha", 0) == 0 && !r.mixing_weights.empty()) any_mixing = true;
+  if (any_mixing) {
+    std::printf("\nlearned mixing weights per layer (branch order: gss, attn, ffn — those present)\n");
+    for (const auto& r : results) {
+      if (r.arch.rfind("pha", 0) != 0) continue;
+      for (std::size_t l = 0; l < r.mixing_weights.size(); ++l) {
+        std::printf("%-28s layer %zu:", r.arch.c_str(), l);
+        for (double w : r.mixing_weights[l]) std::printf(" %.3f", w);
+        std::printf("\n");
+      }
+    }
+  }
+}
+
+nlohmann::json to_json(const std::vector<ArchResult>& results, const ExperimentConfig& c) {
+  auto acc = [](const tasks::Accuracy& a) {
+    return nlohmann::json{{"char", a.chr}, {"string", a.str}, {"positions", a.positions}, {"sequences", a.sequences}};
+  };
+  nlohmann::json j;
+  j["task"] = c.task.name();
+  j["steps"] = c.steps;
+  j["batch"] = c.batch;
+  j["lr"] = c.lr;
+  j["train_lengths"] = {c.min_len, c.max_len};
+  j["seed"] = c.seed;
+  for (const auto& r : results) {
+    nlohmann::json a{{"arch", r.arch},
+                     {"parameters", r.parameters},
+                     {"final_loss", r.final_loss},
+                     {"accuracy", acc(r.accuracy)},
+                     {"tokens_per_second", r.tokens_per_second},
+                     {"seconds", r.seconds},
+                     {"loss_curve", r.loss_curve},
+                     {"mixing_weights", r.mixing_weights}};
+    for (const auto& x : r.length_generalisation)
+      a["length_generalisation"].push_back({{"length", x.length}, {"accuracy", acc(x.accuracy)}});
+    if (r.ood) a["ood_accuracy"] = acc(*r.ood);
+    j["results"].push_back(a);
+  }
+  return j;
+}
+
+void write_csv(const std::string& path, const std::vector<ArchResult>& results) {
+  std::ofstream out(path);
+  if (!out) fail<io_error>("hybridseq-ablate", "cannot write '", path, "'");
+  out << "arch,parameters,final_loss,char_accuracy,string_accuracy,longer_char_accuracy,ood_char_accuracy,tokens_per_second\n";
+  for (const auto& r : results)
+    out << r.arch << ',' << r.parameters << ',' << r.final_loss << ',' << r.accuracy.chr << ',' << r.accuracy.str << ','
+        << mean_char(r.length_generalisation) << ',' << (r.ood ? std::to_string(r.ood->chr) : "") << ','
+        << r.tokens_per_second << '\n';
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hybridseq-ablate: train architectures on a synthetic task and compare them"};
+  std::string task_name = "decode-recall", arch_list = "ssm,tf,ssm-tf-tf,pha", json_path, csv_path, lengths = "60,80,100";
+  ExperimentConfig c{.task = tasks::make_task("decode-recall", {})};
+  c.steps = 1500;
+  std::optional<double> rate, ood_rate;
+  std::optional<int> n_v;
+  bool list = false, quiet = false;
+  app.add_option("--task", task_name, "task: " + tasks::detail::known_task_names())->capture_default_str();
+  app.add_option("--arch", arch_list, "comma-separated architectures, 'pha-ablations' or 'all' (see --list)")
+      ->capture_default_str();
+  app.add_flag("--list", list, "list the architectures and exit");
+  app.add_option("--steps", c.steps, "training steps per architecture")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch", c.batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", c.lr, "peak learning rate (AdamW)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--warmup", c.warmup, "linear warm-up steps (0: none)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay")->capture_default_str();
+  app.add_option("--clip", c.clip, "gradient-norm clip (0: off)")->capture_default_str();
+  app.add_option("--seed", c.seed, "seed (parameters; data and evaluation derive from it)")->capture_default_str();
+  app.add_option("--min-len", c.min_len, "shortest training sequence")->capture_default_str();
+  app.add_option("--max-len", c.max_len, "longest training sequence")->capture_default_str();
+  app.add_option("--eval-lengths", lengths, "comma-separated longer lengths for length generalisation")
+      ->capture_default_str();
+  app.add_option("--n-v", n_v, "letters in the task's vocabulary");
+  app.add_option("--rate", rate, "var-copy: number rate; decode-recall: bit ratio");
+  app.add_option("--ood-rate", ood_rate, "evaluate also at this rate / bit ratio (out of distribution)");
+  app.add_option("--json", json_path, "write results as JSON");
+  app.add_option("--csv", csv_path, "write results as CSV");
+  app.add_flag("--quiet", quiet, "no progress display");
+  CLI11_PARSE(app, argc, argv);
+
+  setenv("OMP_PROC_BIND", "false", 0);
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  try {
+    const auto all = all_architectures();
+    if (list) {
+      for (const auto& a : all) std::printf("%-28s %s\n", a.name.c_str(), a.description.c_str());
+      return 0;
+    }
+    tasks::TaskOptions to;
+    to.n_v = n_v;
+    to.rate = rate;
+    c.task = tasks::make_task(task_name, to);
+    if (ood_rate) {
+      auto oo = to;
+      oo.rate = ood_rate;
+      c.ood_task = tasks::make_task(task_name, oo);
+    }
+    for (const auto& l : split(lengths)) c.eval_lengths.push_back(std::stoi(l));
+    c.progress = quiet ? train::ProgressMode::quiet : train::ProgressMode::automatic;
+    const auto chosen = select(all, split(arch_list));
+
+    std::printf("hybridseq-ablate: task %s (vocabulary %d), %lld steps x batch %d, lengths %d-%d, lr %.1e, warm-up %lld, "
+                "%s with %d thread(s)\n",
+                c.task.name().c_str(), c.task.vocab_size(), static_cast<long long>(c.steps), c.batch, c.min_len,
+                c.max_len, c.lr, static_cast<long long>(c.warmup), DefaultSpace::name(),
+                core::compat::concurrency(DefaultSpace{}));
+    std::vector<ArchResult> results;
+    for (const auto& a : chosen) results.push_back(a.run(c));
+    print_table(results, c, c.ood_task.has_value());
+    if (!json_path.empty()) {
+      std::ofstream out(json_path);
+      if (!out) fail<io_error>("hybridseq-ablate", "cannot write '", json_path, "'");
+      out << to_json(results, c).dump(2) << '\n';
+    }
+    if (!csv_path.empty()) write_csv(csv_path, results);
+  } catch (const hybridseq::error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
