@@ -1,6 +1,6 @@
 // hybridseq-ablate: train a chosen set of architectures on a synthetic task and compare them.
 //
-//   hybridseq-ablate                                   # decode-recall: ssm, tf, ssm-tf-tf, pha
+//   hybridseq-ablate                                   # var-copy: pure, hybrid and PHA models
 //   hybridseq-ablate --task var-copy --arch ssm,tf,ssm-tf,ssm-tf-tf
 //   hybridseq-ablate --arch pha-ablations --steps 500 --json grid.json
 //   hybridseq-ablate --list
@@ -145,9 +145,9 @@ void write_csv(const std::string& path, const std::vector<ArchResult>& results) 
 
 int main(int argc, char** argv) {
   CLI::App app{"hybridseq-ablate: train architectures on a synthetic task and compare them"};
-  std::string task_name = "decode-recall", arch_list = "ssm,tf,ssm-tf-tf,pha", json_path, csv_path, lengths = "60,80,100";
-  ExperimentConfig c{.task = tasks::make_task("decode-recall", {})};
-  c.steps = 1500;
+  std::string task_name = "var-copy", arch_list = "ssm,ssm-big,tf,tf-big,ssm-tf,ssm-tf-tf,pha", json_path, csv_path, lengths = "60,80,100";
+  ExperimentConfig c{.task = tasks::make_task("var-copy", {}), .lr = 3e-3};
+  c.steps = 4000;
   std::optional<double> rate, ood_rate;
   std::optional<int> n_v;
   bool list = false, quiet = false;
