@@ -1,0 +1,148 @@
+// Byte-level language modelling on real English text (the King James Bible from Debian's
+// bible-kjv-text, fetched by scripts/fetch-corpus.sh), at an equal parameter and token
+// budget for each architecture; reports valid/test perplexity and bits per byte, tokens/s
+// and peak memory, and writes the loss curve.
+//
+//   scripts/fetch-corpus.sh
+//   text_lm --arch transformer --steps 1500 --json transformer.json
+//   text_lm --arch pha --eval-stride 128          # ECP-style windowed evaluation as well
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <hybridseq/hybridseq.hpp>
+
+using namespace hybridseq;
+
+namespace {
+
+using Space = DefaultSpace;
+constexpr int V = 256, D = 128;
+
+// About 0.9 M parameters each (embedding and head included).
+using Transformer = models::Transformer<V, models::NeoxShape{D, 4, 32, 32, 4 * D}, float, Space>;  // 4 layers
+constexpr models::PhaShape pha_shape{D, 4, 2, 32, 4 * D, 128, 64, 4 * D, D};
+using Pha = models::Pha<V, pha_shape, models::PhaLayout{}, float, Space>;  // 2 blocks
+using PhaSequential =
+    models::Pha<V, pha_shape, models::PhaLayout{.arrangement = models::Arrangement::sequential}, float, Space>;
+
+struct Config {
+  std::string corpus;
+  std::int64_t steps = 1500;
+  int batch = 16, len = 128;
+  double lr = 2e-3;
+  std::int64_t eval_tokens = 65536;
+  int eval_stride = 0;
+  std::uint64_t seed = 1;
+};
+
+struct Evaluation {
+  tasks::Perplexity ppl;
+  std::int64_t tokens = 0;
+};
+
+template <class Model>
+Evaluation evaluate(const Model& model, core::Workspace<Space>& ws, const tasks::ByteCorpus& corpus, tasks::Split split,
+                    const Config& c, int stride) {
+  double nats = 0;
+  std::int64_t tokens = 0;
+  for (const auto& b : corpus.eval_batches(split, c.batch, c.len, c.eval_tokens, stride)) {
+    const auto n = tasks::scored_targets(b);
+    if (n == 0) continue;
+    auto [ids, targets] = tasks::to_device<Space>(b);
+    nats += double(model.evaluate(ws, ids, targets)) * double(n);
+    tokens += n;
+  }
+  return {tasks::Perplexity::from_total(nats, tokens), tokens};
+}
+
+template <class Model>
+nlohmann::json run(const std::string& name, int layers, const Config& c, const tasks::ByteCorpus& corpus) {
+  typename Model::Options o;
+  o.body.count = layers;
+  Model model(o);
+  if constexpr (requires { model.initialize(c.seed); }) model.initialize(c.seed);
+  else core::initialize(model, c.seed);
+  train::TrainerOptions to;
+  to.steps = c.steps;
+  to.schedule = {.peak_lr = c.lr, .warmup_steps = c.steps / 20, .total_steps = c.steps,
+                 .decay = train::Schedule::Decay::cosine, .min_ratio = 0.1};
+  to.adamw = {.lr = c.lr, .beta2 = 0.95, .weight_decay = 0.1};
+  to.data_seed = c.seed + 1;
+  to.log_every = int(std::max<std::int64_t>(1, c.steps / 20));
+  to.label = name;
+  train::Trainer trainer(model, to);
+  const auto summary = trainer.run([&](std::int64_t step, int) {
+    auto [ids, targets] = tasks::to_device<Space>(corpus.sample_batch(to.data_seed, std::uint64_t(step), c.batch, c.len));
+    return train::TokenBatch<Space>{ids, targets};
+  });
+  auto& ws = trainer.workspace();
+  const auto valid = evaluate(model, ws, corpus, tasks::Split::valid, c, 0);
+  const auto test = evaluate(model, ws, corpus, tasks::Split::test, c, 0);
+  nlohmann::json j{{"arch", name},
+                   {"parameters", core::parameter_count(model)},
+                   {"train_tokens", summary.tokens},
+                   {"tokens_per_second", summary.tokens_per_second()},
+                   {"seconds", summary.seconds},
+                   {"peak_workspace_bytes", ws.peak_bytes()},
+                   {"valid", {{"ppl", valid.ppl.ppl()}, {"bits_per_byte", valid.ppl.bits_per_byte()}, {"tokens", valid.tokens}}},
+                   {"test", {{"ppl", test.ppl.ppl()}, {"bits_per_byte", test.ppl.bits_per_byte()}, {"tokens", test.tokens}}}};
+  if (c.eval_stride > 0) {
+    const auto w = evaluate(model, ws, corpus, tasks::Split::test, c, c.eval_stride);
+    j["test_windowed"] = {{"stride", c.eval_stride}, {"ppl", w.ppl.ppl()}, {"bits_per_byte", w.ppl.bits_per_byte()}};
+  }
+  std::vector<double> curve;
+  for (const auto& s : summary.log) curve.push_back(s.loss);
+  j["loss_curve"] = curve;
+  std::printf("%-16s %9lld params  %lld tokens  valid ppl %.3f (%.3f bpb)  test ppl %.3f (%.3f bpb)  %.0f tok/s  peak ws %.1f MB\n",
+              name.c_str(), static_cast<long long>(core::parameter_count(model)),
+              static_cast<long long>(summary.tokens), valid.ppl.ppl(), valid.ppl.bits_per_byte(), test.ppl.ppl(),
+              test.ppl.bits_per_byte(), summary.tokens_per_second(), double(ws.peak_bytes()) / 1e6);
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Byte-level language modelling on the King James Bible"};
+  Config c;
+  const char* data = std::getenv("HYBRIDSEQ_DATA");
+  const char* home = std::getenv("HOME");
+  c.corpus = data ? std::string(data) + "/kjv.txt" : std::string(home ? home : ".") + "/.cache/hybridseq/data/kjv.txt";
+  std::string arch = "transformer", json_path;
+  app.add_option("--arch", arch, "transformer | pha | pha-seq")->capture_default_str();
+  app.add_option("--corpus", c.corpus, "text file (scripts/fetch-corpus.sh writes the default)")->capture_default_str();
+  app.add_option("--steps", c.steps, "optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch", c.batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--len", c.len, "bytes per sequence")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", c.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--eval-tokens", c.eval_tokens, "bytes scored per split (0: all)")->capture_default_str();
+  app.add_option("--eval-stride", c.eval_stride, "also evaluate with ECP-style windows of this stride")->capture_default_str();
+  app.add_option("--seed", c.seed, "seed")->capture_default_str();
+  app.add_option("--json", json_path, "write results and the loss curve as JSON");
+  CLI11_PARSE(app, argc, argv);
+  setenv("OMP_PROC_BIND", "false", 0);
+  Kokkos::ScopeGuard kokkos(argc, argv);
+  try {
+    const auto corpus = tasks::ByteCorpus::open(c.corpus);
+    std::printf("corpus %s: %lld bytes (train %lld, valid %lld, test %lld); %s with %d thread(s)\n", c.corpus.c_str(),
+                static_cast<long long>(corpus.size()), static_cast<long long>(corpus.split_size(tasks::Split::train)),
+                static_cast<long long>(corpus.split_size(tasks::Split::valid)),
+                static_cast<long long>(corpus.split_size(tasks::Split::test)), Space::name(),
+                core::compat::concurrency(Space{}));
+    nlohmann::json j;
+    if (arch == "transformer") j = run<Transformer>(arch, 4, c, corpus);
+    else if (arch == "pha") j = run<Pha>(arch, 2, c, corpus);
+    else if (arch == "pha-seq") j = run<PhaSequential>(arch, 2, c, corpus);
+    else fail<config_error>("text_lm", "unknown architecture '", arch, "' (transformer, pha, pha-seq)");
+    if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << '\n';
+  } catch (const hybridseq::error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
