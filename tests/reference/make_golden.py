@@ -310,6 +310,7 @@ def main(argv=None) -> int:
 
     import golden_adamw
     import golden_attention
+    import golden_ecp
     import golden_gss
     import golden_io
     import golden_mamba
@@ -321,6 +322,7 @@ def main(argv=None) -> int:
     for path in golden_attention.write_attention_goldens(out):
         print(path)
     golden_models.write_model_goldens(out)
+    golden_ecp.write_ecp_goldens(out)
     golden_io.write_io_goldens(out)
     cpp_path = os.path.join(out, "io_cpp_written.safetensors")
     if os.path.exists(cpp_path):

@@ -1,0 +1,392 @@
+#pragma once
+/// \file
+/// Compressed Double Attention PerceiverAR (papers.md §2; reference code MetaMain/ECPTransformer,
+/// `CompressedDoubleAttentionTransformer.py`): Double Attention (double_attention.hpp) whose
+/// first layer compresses the history along the sequence axis by a learned
+/// Linear(h → c), c = h/4 by default; later layers run Double Attention over the c + M rows.
+///
+/// First layer, x (B, n, D) with n = h + M exactly (the compression's width is compile-time):
+///
+///   [o_h ; o_l] = DoubleAttention-heads(LN₁(x))            (B, n, H·Dh), before W_o
+///   o_c = P o_h + p,   x_c = P x_h + p                      along time: P (c, h), p (c)
+///   z = [x_c ; x_l] + W_o [o_c ; o_l] + b_o                 (B, c + M, D)
+///   y = z + FF(LN₂(z))
+///
+/// The compression is applied to the residual stream's history rows too, so that every row of
+/// z has a residual. (The reference code adds x[:, 0 : c + M] instead, which gives the latent
+/// rows the residual of history positions c … c + M − 1; that is not reproduced.) RoPE over
+/// the whole head in every layer, at positions 0 … n − 1 in layer 1 and 0 … c + M − 1 after
+/// (the reference rotates in layer 1 only). Loss and logits on the M latents.
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "../compose/repeat.hpp"
+#include "../compose/residual.hpp"
+#include "../core/check.hpp"
+#include "../core/parameter.hpp"
+#include "../core/workspace.hpp"
+#include "../kernels/gemm.hpp"
+#include "../layers/embedding.hpp"
+#include "../layers/ffn.hpp"
+#include "../layers/layer_norm.hpp"
+#include "../layers/lm_head_loss.hpp"
+#include "double_attention.hpp"
+#include "pre_norm_block.hpp"
+
+namespace hybridseq::models {
+
+/// Compile-time shape: width, heads × head_dim, latents M, FFN width, the history length h
+/// (n = h + M) and its compressed length c (0: h / 4).
+struct CompressedDoubleShape {
+  int d_model;
+  int heads;
+  int head_dim;
+  int latents;
+  int ffn;
+  int history;
+  int compressed = 0;
+  bool rope = true;
+};
+
+namespace detail {
+
+template <CompressedDoubleShape S>
+inline constexpr int compressed_rows = S.compressed > 0 ? S.compressed : S.history / 4;
+
+/// A linear map along time: y[b, i, :] = Σ_t P[i, t] x[b, t, :] + p[i] for i < C, t < Hin,
+/// reading the first Hin rows of x (B, ≥Hin, K) and writing the first C rows of y (B, ≥C, K).
+/// Parameters `weight` (C, Hin), `bias` (C). Gradients are summed over the batch in order.
+template <int Hin, int C, Scalar T, ExecutionSpace Space>
+class TimeLinear {
+  using In = kernels::MatrixIn<T, Space>;
+  using Out = kernels::MatrixOut<T, Space>;
+
+ public:
+  using scalar_type = T;
+  using execution_space = Space;
+
+  explicit TimeLinear(double init_std)
+      : weight_({C, Hin}, core::Role::weight, core::Init::normal(init_std)), bias_({C}, core::Role::bias, core::Init::zeros()) {}
+
+  void forward(Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
+    const Space exec{};
+    const std::int64_t b = x.extent(0), k = x.extent(2), xs = x.extent(1) * k, ys = y.extent(1) * k;
+    const auto w = weight_.template shaped<T**>();
+    for (std::int64_t i = 0; i < b; ++i)
+      kernels::gemm(exec, kernels::Op::none, kernels::Op::none, T(1), In(w.data(), C, Hin), In(x.data() + i * xs, Hin, k),
+                    T(0), Out(y.data() + i * ys, C, k));
+    const auto p = bias_.value();
+    Kokkos::parallel_for(
+        "hybridseq::models::TimeLinear::bias", Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(exec, {0, 0, 0}, {b, C, k}),
+        KOKKOS_LAMBDA(std::int64_t bi, std::int64_t r, std::int64_t c) { y(bi, r, c) += p(r); });
+  }
+
+  /// dx[:, :Hin] += Pᵀ dy[:, :C]; dP += Σ_b dy_b x_bᵀ; dp += Σ_b Σ_k dy.
+  void backward(Tensor<const T***, Space> x, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
+    const Space exec{};
+    const std::int64_t b = x.extent(0), k = x.extent(2), xs = x.extent(1) * k, ys = dy.extent(1) * k,
+                       dxs = dx.extent(1) * k;
+    const auto w = weight_.template shaped<T**>();
+    const auto gw = weight_.template shaped_grad<T**>();
+    for (std::int64_t i = 0; i < b; ++i) {
+      kernels::gemm(exec, kernels::Op::transpose, kernels::Op::none, T(1), In(w.data(), C, Hin),
+                    In(dy.data() + i * ys, C, k), T(1), Out(dx.data() + i * dxs, Hin, k));
+      kernels::gemm(exec, kernels::Op::none, kernels::Op::transpose, T(1), In(dy.data() + i * ys, C, k),
+                    In(x.data() + i * xs, Hin, k), T(1), Out(gw.data(), C, Hin));
+    }
+    const auto gp = bias_.grad();
+    Kokkos::parallel_for(
+        "hybridseq::models::TimeLinear::bias_grad", Kokkos::RangePolicy<Space>(exec, 0, C), KOKKOS_LAMBDA(std::int64_t r) {
+          T acc = 0;
+          for (std::int64_t bi = 0; bi < b; ++bi)
+            for (std::int64_t c = 0; c < k; ++c) acc += dy(bi, r, c);
+          gp(r) += acc;
+        });
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit("weight", weight_);
+    visit("bias", bias_);
+  }
+
+ private:
+  core::Parameter<T, Space> weight_, bias_;
+};
+
+}  // namespace detail
+
+/// The first layer: x (B, h + M, D) → y (B, c + M, D) (see the file comment). Parameters
+/// `attn_norm.*`, `attn.{wqkv,wo}.*`, `compress.{weight,bias}`, `ffn.norm.*`, `ffn.block.*`.
+template <CompressedDoubleShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class CompressedDoubleBlock {
+  static constexpr int M = S.latents, Hist = S.history, C = detail::compressed_rows<S>, W = S.heads * S.head_dim;
+  static_assert(Hist >= 1 && C >= 1, "hybridseq::models::CompressedDoubleBlock: history and its compression must be non-empty");
+  using Norm = layers::LayerNorm<S.d_model, T, Space>;
+  using Attn = DoubleAttention<layers::AttentionShape{S.d_model, S.heads, S.heads, S.head_dim, S.rope ? S.head_dim : 0,
+                                                      layers::Score::dot, false, false, true},
+                               kernels::attention::Bidirectional, M, T, Space>;
+  using Ffn = layers::Ffn<layers::FfnShape{S.d_model, S.ffn, layers::FfnKind::mlp, true, layers::Activation::gelu}, T, Space>;
+  using FfnResidual = compose::PreNormResidual<Ffn, Norm>;
+  using Compress = detail::TimeLinear<Hist, C, T, Space>;
+
+ public:
+  using scalar_type = T;
+  using execution_space = Space;
+  static constexpr int d_in = S.d_model;
+  static constexpr int d_out = S.d_model;
+  static constexpr int history = Hist;
+  static constexpr int compressed = C;
+
+  struct Options {
+    typename Attn::Options attention{};
+    typename Ffn::Options ffn{};
+    typename Norm::Options norm{};
+    double compress_init_std = 1.0 / std::sqrt(double(Hist));
+  };
+  struct Saved {
+    Tensor<const T***, Space> x;  // (B, n, D)
+    typename Norm::Saved norm;
+    Tensor<T***, Space> normed;   // (B, n, D)
+    typename Attn::Saved attn;    // o (B, n, H·Dh)
+    Tensor<T***, Space> oc;       // (B, C + M, H·Dh) [o_c ; o_l]
+    Tensor<T***, Space> z;        // (B, C + M, D)
+    typename FfnResidual::Saved ffn;
+  };
+
+  explicit CompressedDoubleBlock(const Options& o = {})
+      : norm_(o.norm), attn_(o.attention), compress_(o.compress_init_std), ffn_({.alpha = 1.0, .block = o.ffn, .norm = o.norm}) {}
+
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
+    constexpr const char* api = "hybridseq::models::CompressedDoubleBlock::forward";
+    core::check_shape(api, "x", x, core::B, core::T, core::dim(S.d_model));
+    const std::int64_t b = x.extent(0), n = x.extent(1);
+    check_length(api, n);
+    core::check_shape(api, "y", y, core::dim(b), core::dim(C + M), core::dim(S.d_model));
+    s.x = x;
+    s.normed = ws.template allocate<T***>("compressed_double.normed", b, n, S.d_model);
+    norm_.forward(ws, x, s.normed, s.norm);
+    attn_.attend(ws, s.normed, s.attn);
+    s.oc = ws.template allocate<T***>("compressed_double.oc", b, C + M, W);
+    compress_.forward(s.attn.o, s.oc);
+    detail::copy_time<T, Space>(s.attn.o, Hist, s.oc, C, M);
+    s.z = ws.template allocate<T***>("compressed_double.z", b, C + M, S.d_model);
+    attn_.project(ws, s.oc, s.z, s.attn.out_in);
+    {
+      core::WorkspaceScope scope(ws);
+      auto xc = ws.template allocate<T***>("compressed_double.xc", b, C + M, S.d_model);
+      compress_.forward(x, xc);
+      detail::copy_time<T, Space>(x, Hist, xc, C, M);
+      add(s.z, xc);
+    }
+    ffn_.forward(ws, s.z, y, s.ffn);
+  }
+
+  void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
+    const std::int64_t b = s.x.extent(0), n = s.x.extent(1);
+    core::check_shape("hybridseq::models::CompressedDoubleBlock::backward", "dx", dx, core::dim(b), core::dim(n),
+                      core::dim(S.d_model));
+    core::WorkspaceScope scope(ws);
+    auto dz = ws.template allocate_zeroed<T***>("compressed_double.dz", b, C + M, S.d_model);
+    ffn_.backward(ws, s.ffn, dy, dz);
+    // Residual [x_c ; x_l].
+    compress_.backward(s.x, dz, dx);
+    add_rows(dx, Hist, dz, C, M);
+    // Attention: [o_c ; o_l] → o.
+    auto doc = ws.template allocate_zeroed<T***>("compressed_double.doc", b, C + M, W);
+    attn_.project_backward(ws, s.attn.out_in, dz, doc);
+    auto d_o = ws.template allocate_zeroed<T***>("compressed_double.do", b, n, W);
+    compress_.backward(s.attn.o, doc, d_o);
+    add_rows(d_o, Hist, doc, C, M);
+    auto dnormed = ws.template allocate_zeroed<T***>("compressed_double.dnormed", b, n, S.d_model);
+    attn_.attend_backward(ws, s.attn, d_o, dnormed);
+    norm_.backward(ws, s.norm, dnormed, dx);
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit("attn_norm", norm_);
+    visit("attn", attn_);
+    visit("compress", compress_);
+    visit("ffn", ffn_);
+  }
+
+  static void check_length(std::string_view api, std::int64_t n) {
+    if (n != Hist + M)
+      fail<config_error>(api, "the sequence length T = ", n, " must be the history ", Hist, " + the latents ", M, " = ",
+                         Hist + M, " (the compression Linear(", Hist, " → ", C, ") has a fixed width)");
+  }
+
+ private:
+  static void add(Tensor<T***, Space> z, Tensor<const T***, Space> r) {
+    const auto fz = core::flat(z);
+    const auto fr = core::flat(r);
+    Kokkos::parallel_for(
+        "hybridseq::models::CompressedDoubleBlock::residual", Kokkos::RangePolicy<Space>(0, fz.extent(0)),
+        KOKKOS_LAMBDA(std::int64_t i) { fz(i) += fr(i); });
+  }
+  /// to[:, t0 + j] += from[:, f0 + j] for j < len.
+  static void add_rows(Tensor<T***, Space> to, std::int64_t t0, Tensor<const T***, Space> from, std::int64_t f0,
+                       std::int64_t len) {
+    Kokkos::parallel_for(
+        "hybridseq::models::CompressedDoubleBlock::add_rows",
+        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {std::int64_t(to.extent(0)), len, std::int64_t(to.extent(2))}),
+        KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t c) { to(i, t0 + t, c) += from(i, f0 + t, c); });
+  }
+
+  Norm norm_;
+  Attn attn_;
+  Compress compress_;
+  FfnResidual ffn_;
+};
+
+/// The Compressed Double Attention language model:
+///
+///   ids (B, h + M) → E → CompressedDoubleBlock → (B, c + M, D) → Double Attention blocks ×(L−1)
+///   → rows c.. (the latents) → LN → head
+///
+/// Loss on the last M targets (targets (B, n)); `logits` (B, M, V). Options::later_layers = L − 1.
+/// Requires: n = h + M exactly (config_error naming the call).
+template <int Vocab, CompressedDoubleShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class CompressedDoubleAttentionAr {
+  static_assert(Vocab > 0 && S.latents >= 1, "hybridseq::models::CompressedDoubleAttentionAr: vocabulary and latents");
+  static constexpr int M = S.latents, C = detail::compressed_rows<S>;
+
+ public:
+  using scalar_type = T;
+  using execution_space = Space;
+  static constexpr int vocab = Vocab;
+  static constexpr int d_model = S.d_model;
+  static constexpr int latents = M;
+  static constexpr CompressedDoubleShape shape = S;
+  using First = CompressedDoubleBlock<S, T, Space>;
+  using Block = typename DoubleAttentionAr<Vocab,
+                                           DoubleAttentionShape{S.d_model, S.heads, S.head_dim, S.latents, S.ffn, 0, S.rope},
+                                           T, Space>::Block;
+  using body_type = compose::Repeat<Block>;  // layers 2..L
+  using Embed = layers::Embedding<layers::EmbeddingShape{Vocab, S.d_model}, T, Space>;
+  using Norm = layers::LayerNorm<S.d_model, T, Space>;
+  using Head = layers::LmHeadLoss<layers::LmHeadShape{S.d_model, Vocab}, T, Space>;
+
+  struct Options {
+    int later_layers = 1;  // L − 1
+    typename First::Options first{};
+    typename Block::Options block{};
+    typename Embed::Options embed{.init_std = 0.02};
+    typename Norm::Options norm{};
+    typename Head::Options head{};
+  };
+  struct Saved {
+    typename Embed::Saved embed;
+    Tensor<T***, Space> x;  // (B, n, D)
+    typename First::Saved first;
+    Tensor<T***, Space> h;  // (B, C + M, D)
+    typename body_type::Saved body;
+    Tensor<T***, Space> g;  // (B, C + M, D) after the later layers
+    Tensor<T***, Space> z;  // (B, M, D) latent rows
+    typename Norm::Saved norm;
+    Tensor<T***, Space> y;  // (B, M, D)
+    Tensor<std::int32_t**, Space> targets;  // (B, M)
+    typename Head::Saved head;
+  };
+
+  explicit CompressedDoubleAttentionAr(const Options& o = {}) : first_(o.first), embed_(o.embed), norm_(o.norm), head_(o.head) {
+    if (o.later_layers < 0)
+      fail<value_error>("hybridseq::models::CompressedDoubleAttentionAr", "later_layers must be >= 0, got ", o.later_layers);
+    if (o.later_layers > 0) body_.emplace(typename body_type::Options{o.later_layers, o.block});
+  }
+
+  static constexpr std::int64_t logit_time(std::int64_t) { return M; }
+
+  T forward(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
+            Saved& s) const {
+    constexpr const char* api = "hybridseq::models::CompressedDoubleAttentionAr::forward";
+    First::check_length(api, ids.extent(1));
+    core::check_shape(api, "targets", targets, core::dim(ids.extent(0)), core::dim(ids.extent(1)));
+    features(ws, ids, s);
+    s.targets = ws.template allocate<std::int32_t**>("compressed_double.targets", ids.extent(0), M);
+    detail::copy_id_columns<Space>(targets, std::int64_t(ids.extent(1)) - M, s.targets);
+    return head_.forward(ws, s.y, s.targets, s.head);
+  }
+
+  void backward(core::Workspace<Space>& ws, const Saved& s, T dloss = T(1)) {
+    core::WorkspaceScope scope(ws);
+    const auto b = s.x.extent(0), n = s.x.extent(1);
+    auto dy = ws.template allocate_zeroed<T***>("compressed_double.dy", b, M, d_model);
+    head_.backward(ws, s.head, dy, dloss);
+    auto dz = ws.template allocate_zeroed<T***>("compressed_double.dz", b, M, d_model);
+    norm_.backward(ws, s.norm, dy, dz);
+    auto dg = ws.template allocate_zeroed<T***>("compressed_double.dg", b, C + M, d_model);
+    detail::copy_time<T, Space>(dz, 0, dg, C, M);
+    Tensor<T***, Space> dh = dg;
+    if (body_) {
+      dh = ws.template allocate_zeroed<T***>("compressed_double.dh", b, C + M, d_model);
+      body_->backward(ws, s.body, dg, dh);
+    }
+    auto dx = ws.template allocate_zeroed<T***>("compressed_double.dx", b, n, d_model);
+    first_.backward(ws, s.first, dh, dx);
+    embed_.backward(ws, s.embed, dx);
+  }
+
+  T train_step(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
+               T dloss = T(1)) {
+    core::WorkspaceScope scope(ws);
+    Saved s;
+    const T loss = forward(ws, ids, targets, s);
+    backward(ws, s, dloss);
+    return loss;
+  }
+  T evaluate(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets) const {
+    core::WorkspaceScope scope(ws);
+    Saved s;
+    return forward(ws, ids, targets, s);
+  }
+  /// logits (B, M, V) of the latent positions.
+  void logits(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<T***, Space> out) const {
+    constexpr const char* api = "hybridseq::models::CompressedDoubleAttentionAr::logits";
+    First::check_length(api, ids.extent(1));
+    core::check_shape(api, "out", out, core::dim(ids.extent(0)), core::dim(M), core::dim(Vocab));
+    core::WorkspaceScope scope(ws);
+    Saved s;
+    features(ws, ids, s);
+    head_.logits(s.y, out);
+  }
+
+  template <class Visit>
+  void visit_parameters(Visit&& visit) {
+    visit("embed", embed_);
+    visit("first", first_);
+    if (body_) visit("body", *body_);
+    visit("norm", norm_);
+    visit("head", head_);
+  }
+
+ private:
+  void features(core::Workspace<Space>& ws, TokenIds<Space> ids, Saved& s) const {
+    const auto b = ids.extent(0), n = ids.extent(1);
+    s.x = ws.template allocate<T***>("compressed_double.x", b, n, d_model);
+    embed_.forward(ws, ids, s.x, s.embed);
+    s.h = ws.template allocate<T***>("compressed_double.h", b, C + M, d_model);
+    first_.forward(ws, s.x, s.h, s.first);
+    s.g = s.h;
+    if (body_) {
+      s.g = ws.template allocate<T***>("compressed_double.g", b, C + M, d_model);
+      body_->forward(ws, s.h, s.g, s.body);
+    }
+    s.z = ws.template allocate<T***>("compressed_double.z", b, M, d_model);
+    detail::copy_time<T, Space>(s.g, C, s.z, 0, M);
+    s.y = ws.template allocate<T***>("compressed_double.y", b, M, d_model);
+    norm_.forward(ws, s.z, s.y, s.norm);
+  }
+
+  First first_;
+  std::optional<body_type> body_;
+  Embed embed_;
+  Norm norm_;
+  Head head_;
+};
+
+}  // namespace hybridseq::models
