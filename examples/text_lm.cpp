@@ -29,6 +29,7 @@ constexpr models::PhaShape pha_shape{D, 4, 2, 32, 4 * D, 128, 64, 4 * D, D};
 using Pha = models::Pha<V, pha_shape, models::PhaLayout{}, float, Space>;  // 2 blocks
 using PhaSequential =
     models::Pha<V, pha_shape, models::PhaLayout{.arrangement = models::Arrangement::sequential}, float, Space>;
+using Ecp = models::Ecp<V, models::EcpShape{D, 4, 32, /*segment=*/32, 4 * D}, float, Space>;  // 4 layers
 
 struct Config {
   std::string corpus;
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
   const char* home = std::getenv("HOME");
   c.corpus = data ? std::string(data) + "/kjv.txt" : std::string(home ? home : ".") + "/.cache/hybridseq/data/kjv.txt";
   std::string arch = "transformer", json_path;
-  app.add_option("--arch", arch, "transformer | pha | pha-seq")->capture_default_str();
+  app.add_option("--arch", arch, "transformer | pha | pha-seq | ecp")->capture_default_str();
   app.add_option("--corpus", c.corpus, "text file (scripts/fetch-corpus.sh writes the default)")->capture_default_str();
   app.add_option("--steps", c.steps, "optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--batch", c.batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
@@ -138,7 +139,8 @@ int main(int argc, char** argv) {
     if (arch == "transformer") j = run<Transformer>(arch, 4, c, corpus);
     else if (arch == "pha") j = run<Pha>(arch, 2, c, corpus);
     else if (arch == "pha-seq") j = run<PhaSequential>(arch, 2, c, corpus);
-    else fail<config_error>("text_lm", "unknown architecture '", arch, "' (transformer, pha, pha-seq)");
+    else if (arch == "ecp") j = run<Ecp>(arch, 4, c, corpus);
+    else fail<config_error>("text_lm", "unknown architecture '", arch, "' (transformer, pha, pha-seq, ecp)");
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << '\n';
   } catch (const hybridseq::error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
