@@ -21,7 +21,10 @@ run_config() {  # run_config <build dir> <cmake args...>
   shift
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos_root" "$@" >/dev/null
   cmake --build "$dir" -j "$jobs"
-  (cd "$dir" && ctest --output-on-failure -j "$jobs")
+  # One test at a time: every test binary runs Kokkos' OpenMP pool and OpenMP OpenBLAS on all
+  # cores, and two of them side by side oversubscribe the cores; libgomp's spinning threads
+  # then make both many times slower (measured: 5 s → 4 min for test_models on 2 cores).
+  (cd "$dir" && ctest --output-on-failure -j 1)
 }
 
 echo "== hybridseq: tests (Release) =="
