@@ -592,7 +592,8 @@ TEST_CASE("tasks: make_task names, options and refusals", "[host]") {
   CHECK(std::get<SelectiveCopy>(make_task("var-copy-mixed").variant()).options().mixed);
   CHECK(std::get<DecodeRecall>(make_task("decode-recall").variant()).options().bit_ratio == 0.2);
   CHECK(std::get<DecodeRecall>(make_task("decode-recall", {.rate = 0.5}).variant()).options().bit_ratio == 0.5);
-  const auto& last = std::get<DecodeRecall>(make_task("decode-recall-last").variant());
+  const AnyTask last_task = make_task("decode-recall-last");  // the variant lives in it: keep it alive
+  const auto& last = std::get<DecodeRecall>(last_task.variant());
   CHECK(last.options().last_only);
   CHECK(last.options().bit_ratio == 0.0);
   CHECK(std::get<AssociativeRecall>(make_task("mkar", {.key_size = 3}).variant()).options().key_size == 3);
