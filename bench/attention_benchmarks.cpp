@@ -21,6 +21,7 @@
 #include <hybridseq/layers/attention.hpp>
 
 #include "registry.hpp"
+#include "support/attention_problem.hpp"
 #include "support/timing.hpp"
 
 namespace hybridseq::bench {
@@ -28,7 +29,9 @@ namespace {
 
 namespace att = kernels::attention;
 
-constexpr int heads = 8, head_dim = 64;
+template <class Space>
+using Problem = AttentionProblem<Space>;
+constexpr int heads = Problem<Kokkos::Serial>::heads, head_dim = Problem<Kokkos::Serial>::head_dim;
 
 template <class Space>
 int threads() {
@@ -52,39 +55,6 @@ double sgemm_gflops() {
   kernels::detail::blas_threads(-1);
   return cached = 2.0 * n * n * double(n) / best * 1e-9;
 }
-
-/// Q, K, V, O and gradients for one (B=1, T, H, Dh) problem, packed like the fused projection.
-template <class Space>
-struct Problem {
-  std::int64_t n, nq;
-  Tensor<float*, Space> qkv, o, lse, d_o, dqkv, delta;
-  Tensor<float*, Space> alpha;
-  explicit Problem(std::int64_t t)
-      : n(t), nq(att::query_tiles(t)),
-        qkv("qkv", t * 3 * heads * head_dim), o("o", t * heads * head_dim), lse("lse", heads * t),
-        d_o("do", t * heads * head_dim), dqkv("dqkv", t * 3 * heads * head_dim), delta("delta", heads * t),
-        alpha("alpha", heads) {
-    core::fill(Space{}, qkv, core::Init::normal(1.0), 1, 1);
-    core::fill(Space{}, d_o, core::Init::normal(1.0), 1, 2);
-    Kokkos::deep_copy(alpha, 0.125f);
-  }
-  std::int64_t row() const { return 3 * heads * head_dim; }
-  att::AttentionArgs<float> args() const {
-    return {{qkv.data(), n * row(), row(), head_dim},
-            {qkv.data() + heads * head_dim, n * row(), row(), head_dim},
-            {qkv.data() + 2 * heads * head_dim, n * row(), row(), head_dim},
-            {o.data(), n * heads * head_dim, heads * head_dim, head_dim},
-            lse.data(), alpha.data(), 1, n, n, 0, heads, heads, head_dim};
-  }
-  att::AttentionGrads<float> grads() const {
-    return {{d_o.data(), n * heads * head_dim, heads * head_dim, head_dim},
-            {dqkv.data(), n * row(), row(), head_dim},
-            {dqkv.data() + heads * head_dim, n * row(), row(), head_dim},
-            {dqkv.data() + 2 * heads * head_dim, n * row(), row(), head_dim},
-            delta.data(),
-            nullptr};
-  }
-};
 
 /// Seconds per call of each scheme's forward at each T, as measured by its own benchmark in
 /// this run: full causal's entry is what `time_vs_full` divides by.

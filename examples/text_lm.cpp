@@ -30,6 +30,15 @@ using Pha = models::Pha<V, pha_shape, models::PhaLayout{}, float, Space>;  // 2 
 using PhaSequential =
     models::Pha<V, pha_shape, models::PhaLayout{.arrangement = models::Arrangement::sequential}, float, Space>;
 using Ecp = models::Ecp<V, models::EcpShape{D, 4, 32, /*segment=*/32, 4 * D}, float, Space>;  // 4 layers
+// Cross-attention layer + 3 latent layers over the last M = 64 of the 128 positions.
+using PerceiverAr = models::PerceiverAr<V, models::PerceiverArShape{D, 4, 32, /*latents=*/64, 4 * D}, float, Space>;
+
+/// Logit rows of a model for T inputs (PerceiverAR: its M latents, the last M positions).
+template <class Model>
+int scored_columns(int len) {
+  if constexpr (requires { Model::logit_time(len); }) return int(Model::logit_time(len));
+  else return len;
+}
 
 struct Config {
   std::string corpus;
@@ -52,7 +61,7 @@ Evaluation evaluate(const Model& model, core::Workspace<Space>& ws, const tasks:
   double nats = 0;
   std::int64_t tokens = 0;
   for (const auto& b : corpus.eval_batches(split, c.batch, c.len, c.eval_tokens, stride)) {
-    const auto n = tasks::scored_targets(b);
+    const auto n = tasks::scored_targets(b, c.len - scored_columns<Model>(c.len));
     if (n == 0) continue;
     auto [ids, targets] = tasks::to_device<Space>(b);
     nats += double(model.evaluate(ws, ids, targets)) * double(n);
@@ -63,8 +72,12 @@ Evaluation evaluate(const Model& model, core::Workspace<Space>& ws, const tasks:
 
 template <class Model>
 nlohmann::json run(const std::string& name, int layers, const Config& c, const tasks::ByteCorpus& corpus) {
+  if (c.eval_stride > 0 && c.len - scored_columns<Model>(c.len) > c.len - c.eval_stride)
+    fail<config_error>("text_lm", "--eval-stride ", c.eval_stride, " scores targets that ", name,
+                       " does not predict (it scores the last ", scored_columns<Model>(c.len), " of ", c.len, ")");
   typename Model::Options o;
-  o.body.count = layers;
+  if constexpr (requires { o.latent_layers; }) o.latent_layers = layers - 1;
+  else o.body.count = layers;
   Model model(o);
   if constexpr (requires { model.initialize(c.seed); }) model.initialize(c.seed);
   else core::initialize(model, c.seed);
@@ -82,8 +95,11 @@ nlohmann::json run(const std::string& name, int layers, const Config& c, const t
     return train::TokenBatch<Space>{ids, targets};
   });
   auto& ws = trainer.workspace();
-  const auto valid = evaluate(model, ws, corpus, tasks::Split::valid, c, 0);
-  const auto test = evaluate(model, ws, corpus, tasks::Split::test, c, 0);
+  // Every target once: non-overlapping windows, or for a latent model windows that advance by
+  // M (each scores its last M targets; the split's first T − M targets go unscored).
+  const int plain = scored_columns<Model>(c.len) == c.len ? 0 : scored_columns<Model>(c.len);
+  const auto valid = evaluate(model, ws, corpus, tasks::Split::valid, c, plain);
+  const auto test = evaluate(model, ws, corpus, tasks::Split::test, c, plain);
   nlohmann::json j{{"arch", name},
                    {"parameters", core::parameter_count(model)},
                    {"train_tokens", summary.tokens},
@@ -115,7 +131,7 @@ int main(int argc, char** argv) {
   const char* home = std::getenv("HOME");
   c.corpus = data ? std::string(data) + "/kjv.txt" : std::string(home ? home : ".") + "/.cache/hybridseq/data/kjv.txt";
   std::string arch = "transformer", json_path;
-  app.add_option("--arch", arch, "transformer | pha | pha-seq | ecp")->capture_default_str();
+  app.add_option("--arch", arch, "transformer | pha | pha-seq | ecp | perceiver-ar")->capture_default_str();
   app.add_option("--corpus", c.corpus, "text file (scripts/fetch-corpus.sh writes the default)")->capture_default_str();
   app.add_option("--steps", c.steps, "optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--batch", c.batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
@@ -140,7 +156,8 @@ int main(int argc, char** argv) {
     else if (arch == "pha") j = run<Pha>(arch, 2, c, corpus);
     else if (arch == "pha-seq") j = run<PhaSequential>(arch, 2, c, corpus);
     else if (arch == "ecp") j = run<Ecp>(arch, 4, c, corpus);
-    else fail<config_error>("text_lm", "unknown architecture '", arch, "' (transformer, pha, pha-seq, ecp)");
+    else if (arch == "perceiver-ar") j = run<PerceiverAr>(arch, 4, c, corpus);
+    else fail<config_error>("text_lm", "unknown architecture '", arch, "' (transformer, pha, pha-seq, ecp, perceiver-ar)");
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << '\n';
   } catch (const hybridseq::error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

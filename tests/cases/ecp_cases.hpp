@@ -87,6 +87,8 @@ using EcpFaithfulLongCase = EcpFamilyCase<EcpTinyFaithful, 2, 20, ecp_faithful_l
 
 using EcpFamilyCases = CaseList<EcpCase, EcpFaithfulCase, PerceiverArCase, PerceiverAr3Case, DoubleAttentionCase,
                                 SSplitAttentionCase, CompressedDoubleCase, CompressedDouble1Case>;
-using EcpDecodeCases = CaseList<EcpCase, EcpFaithfulCase, EcpLongCase, EcpFaithfulLongCase>;
+/// Decoding: ECP through its 2m-key rings, PerceiverAR through history + one latent window.
+using EcpDecodeCases =
+    CaseList<EcpCase, EcpFaithfulCase, EcpLongCase, EcpFaithfulLongCase, PerceiverArCase, PerceiverAr3Case>;
 
 }  // namespace hybridseq::cases

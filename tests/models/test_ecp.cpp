@@ -28,63 +28,6 @@ static_assert(core::DecodableBranch<cases::EcpTiny<float, Kokkos::Serial>::body_
 static_assert(core::DecodableBranch<cases::EcpTinyFaithful<double, Kokkos::Serial>::body_type>);
 static_assert(testing::ModelLayer<cases::PerceiverArTiny<float, Kokkos::Serial>>);
 
-/// Host vector of ids (B, T) → device ids for columns [t0, t1).
-template <class Space>
-Tensor<std::int32_t**, Space> columns(const std::vector<double>& ids, int b, int t, int t0, int t1) {
-  Tensor<std::int32_t**, Space> out("ids", b, t1 - t0);
-  auto h = Kokkos::create_mirror_view(out);
-  for (int i = 0; i < b; ++i)
-    for (int j = t0; j < t1; ++j) h(i, j - t0) = static_cast<std::int32_t>(ids[std::size_t(i) * t + j]);
-  Kokkos::deep_copy(out, h);
-  return out;
-}
-
-/// Logits of prefill(ids[:, :k]) and then the rest, one token a step (pass 0) or in chunks
-/// of 7 that straddle segments (pass 1, after restoring the snapshot taken after the
-/// prefill), equal the full forward's, in double.
-template <class Case, class Space>
-void check_decode_matches_forward() {
-  testing::Harness<Case, double, Space> h;
-  h.randomize(7);
-  const int b = h.batch, t = h.time, v = h.layer.vocab;
-  Tensor<double***, Space> full("full", b, t, v);
-  h.layer.logits(h.ws, h.ids, full);
-  const auto want = testing::to_vector(full);
-  const auto ids = testing::to_vector(h.ids);
-  for (int k : {0, 1, 3, 5, t / 2, t - 1, t}) {
-    auto st = h.layer.make_state(b);
-    std::vector<double> got(want.size());
-    auto put = [&](const Tensor<double***, Space>& part, int t0) {
-      const auto p = testing::to_vector(part);
-      const int len = int(part.extent(1));
-      for (int i = 0; i < b; ++i)
-        for (int j = 0; j < len; ++j)
-          for (int c = 0; c < v; ++c) got[(std::size_t(i) * t + t0 + j) * v + c] = p[(std::size_t(i) * len + j) * v + c];
-    };
-    if (k > 0) {
-      Tensor<double***, Space> part("part", b, k, v);
-      h.layer.prefill(h.ws, st, columns<Space>(ids, b, t, 0, k), part);
-      put(part, 0);
-    }
-    const auto snap = h.layer.snapshot(st);
-    for (int pass = 0; pass < 2; ++pass) {
-      if (pass == 1) h.layer.restore(st, snap);
-      const int chunk = pass == 0 ? 1 : 7;
-      for (int j = k; j < t; j += chunk) {
-        const int e = std::min(t, j + chunk);
-        Tensor<double***, Space> part("part", b, e - j, v);
-        h.layer.prefill(h.ws, st, columns<Space>(ids, b, t, j, e), part);
-        put(part, j);
-      }
-      double worst = 0;
-      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
-      INFO(Case::name << ": prefill " << k << " + chunks of " << chunk << ", max |Δ| " << worst);
-      CHECK(worst <= 1e-10);
-      CHECK(st.length == t);
-    }
-  }
-}
-
 template <class E, class F>
 void check_throws(F&& f, const std::vector<std::string>& parts) {
   try {
@@ -113,9 +56,9 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: PyTorch goldens in float (logits, loss, every gr
   });
 }
 
-HYBRIDSEQ_SPACE_TEST_CASE("ecp: decoding with 2m-key rings equals the full forward", "[ecp][decode]") {
+HYBRIDSEQ_SPACE_TEST_CASE("ecp: decoding (ECP rings, PerceiverAR history + latent window) equals the full forward", "[ecp][decode]") {
   cases::for_each_case(cases::EcpDecodeCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { check_decode_matches_forward<Case, TestType>(); }
+    DYNAMIC_SECTION(Case::name) { testing::check_decode_matches_forward<Case, TestType>({0, 1, 3, 5, 6, 10, 11, 19, 20}); }
   });
 }
 
@@ -143,6 +86,47 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: the decoding ring holds 2m positions per layer a
   CHECK(st.ring.length == 5);
   check_throws<value_error>([&] { attn.truncate(st, 7); },
                             {"hybridseq::models::EcpAttention::truncate", "length 7", "[8, 9]", "positions [4, 9)"});
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("ecp: PerceiverAR generation past M restarts the latent window; each window equals a forward",
+                          "[ecp][decode]") {
+  // Decoding 3M tokens from an empty state: window w covers positions [wM, (w+1)M) and must
+  // give the full forward's latent logits for the input x[0, (w+1)M).
+  using Model = cases::PerceiverArTiny<double, TestType>;
+  constexpr int M = Model::latents, V = Model::vocab, B = 2, n = 3 * M;
+  Model model({.latent_layers = 2});
+  core::initialize(model, 11);
+  core::Workspace<TestType> ws;
+  std::vector<double> all(std::size_t(B) * n);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < n; ++t) all[std::size_t(b) * n + t] = (7 * t + 3 * b + t * t) % V;
+  auto st = model.make_state(B);
+  std::vector<double> got(std::size_t(B) * n * V);
+  auto decode = [&](int t0, int t1) {
+    Tensor<double***, TestType> part("part", B, t1 - t0, V);
+    model.prefill(ws, st, testing::id_columns<TestType>(all, B, n, t0, t1), part);
+    const auto p = testing::to_vector(part);
+    for (int b = 0; b < B; ++b)
+      for (int j = t0; j < t1; ++j)
+        for (int c = 0; c < V; ++c) got[(std::size_t(b) * n + j) * V + c] = p[(std::size_t(b) * (t1 - t0) + j - t0) * V + c];
+  };
+  decode(0, 2 * M - 1);  // one prefill across the first window boundary
+  for (int t = 2 * M - 1; t < n; ++t) decode(t, t + 1);
+  CHECK(st.length == n);
+  CHECK(st.window_start == 2 * M);
+  for (int w = 0; w < 3; ++w) {
+    const int len = (w + 1) * M;
+    Tensor<double***, TestType> full("full", B, M, V);
+    model.logits(ws, testing::id_columns<TestType>(all, B, n, 0, len), full);
+    const auto want = testing::to_vector(full);
+    double worst = 0;
+    for (int b = 0; b < B; ++b)
+      for (int j = 0; j < M; ++j)
+        for (int c = 0; c < V; ++c)
+          worst = std::max(worst, std::abs(got[(std::size_t(b) * n + w * M + j) * V + c] - want[(std::size_t(b) * M + j) * V + c]));
+    INFO("window " << w << ": max |decoded - forward| " << worst);
+    CHECK(worst <= 1e-10);
+  }
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("ecp: lengths the models cannot take fail with the call and the values", "[ecp][errors]") {
@@ -314,6 +298,11 @@ TEST_CASE("ecp: cost model entry counts follow the definitions", "[ecp][cost][ho
       CHECK(cost::double_attention_layer<cases::ssplit_tiny>(1, n).visible_entries ==
             count_visible(n, n, [&](int t, int tau) { return t < h ? (tau < h && tau / 4 == t / 4) : tau <= t; }));
   }
+  // Compressed Double (h 8 → c 2, M 4): layer 1 as Double over 12, later layers Double over 6.
+  CHECK(cost::compressed_double_layer<cases::compressed_tiny>(1, 0).visible_entries ==
+        count_visible(12, 12, [&](int t, int tau) { return t < 8 ? tau < 8 : tau <= t; }));
+  CHECK(cost::compressed_double_layer<cases::compressed_tiny>(1, 1).visible_entries ==
+        count_visible(6, 6, [&](int t, int tau) { return t < 2 ? tau < 2 : tau <= t; }));
   // The kernel's 64 × 64 tiles follow the band more closely than the paper's m × m blocks:
   // visible (1 509 376) < visited (1 638 400) < 2nm − m² (2 031 616).
   constexpr auto big = cost::ecp_layer<models::EcpShape{256, 4, 64, 256, 1024}>(1, 4096);
@@ -355,6 +344,15 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: cost model activation bytes equal the workspace 
       typename cases::SSplitAttentionTiny<float, TestType>::Block split;
       CHECK(forward_bytes<decltype(split), TestType>(split, 2, n, n) ==
             cost::double_attention_layer<cases::ssplit_tiny>(2, n).activation_bytes);
+    }
+    if (n == 12) {  // Compressed Double takes exactly n = h + M = 12, and gives c + M = 6 rows
+      using C = cases::CompressedDoubleTiny<float, TestType>;
+      typename C::First first;
+      CHECK(forward_bytes<decltype(first), TestType>(first, 2, n, 6) ==
+            cost::compressed_double_layer<cases::compressed_tiny>(2, 0).activation_bytes);
+      typename C::Block later;
+      CHECK(forward_bytes<decltype(later), TestType>(later, 2, 6, 6) ==
+            cost::compressed_double_layer<cases::compressed_tiny>(2, 1).activation_bytes);
     }
   }
 }

@@ -3,7 +3,8 @@
 //   - forward shapes and finiteness,
 //   - finite-difference gradient check in double for the input and every parameter,
 //   - comparison with the PyTorch golden file (float),
-//   - save/load round trip through safetensors.
+//   - save/load round trip through safetensors,
+//   - for models that decode: prefill + steps (and chunks, after a snapshot restore) equal the full forward.
 // Four kinds of layer are driven: sequence layers (x (B,T,d_in) → y), the embedding
 // (ids → y), the fused LM-head loss ((x, targets) → scalar) and whole language models
 // ((ids, targets) → loss; goldens also compare the logits).
@@ -366,6 +367,66 @@ void check_golden(double rtol = 1e-5, double atol = 1e-6) {
             file.read<double>("grads/" + std::string(name)));
   });
   report("golden_max_abs_err", Case::name, Space::name(), worst_abs);
+}
+
+/// Host ids (B, T) → device ids of columns [t0, t1).
+template <class Space>
+Tensor<std::int32_t**, Space> id_columns(const std::vector<double>& ids, int b, int t, int t0, int t1) {
+  Tensor<std::int32_t**, Space> out("ids", b, t1 - t0);
+  auto h = Kokkos::create_mirror_view(out);
+  for (int i = 0; i < b; ++i)
+    for (int j = t0; j < t1; ++j) h(i, j - t0) = static_cast<std::int32_t>(ids[std::size_t(i) * t + j]);
+  Kokkos::deep_copy(out, h);
+  return out;
+}
+
+/// Decoding equals the full forward, in double. The model's logit rows are the last
+/// r = logit_rows(T) positions; the first T − r go in as history (`absorb`: PerceiverAR).
+/// Then, for each prefix k of the rows: prefill k, snapshot, and the remaining rows in
+/// chunks of chunks[0] (one token a step when 1); each further pass restores the snapshot
+/// and replays them in chunks of chunks[pass]. Every pass must give the full forward's
+/// logits to 1e-10 and end at length T.
+template <class Case, class Space>
+void check_decode_matches_forward(std::vector<int> prefixes, std::vector<int> chunks = {1, 7}) {
+  Harness<Case, double, Space> h;
+  h.randomize(7);
+  using L = typename Harness<Case, double, Space>::L;
+  const int b = h.batch, t = h.time, v = L::vocab, rows = int(logit_rows<L>(t)), q0 = t - rows;
+  Tensor<double***, Space> full("full", b, rows, v);
+  h.layer.logits(h.ws, h.ids, full);
+  const auto want = to_vector(full);
+  const auto ids = to_vector(h.ids);
+  for (int& k : prefixes) k = std::clamp(k, 0, rows);
+  std::sort(prefixes.begin(), prefixes.end());
+  prefixes.erase(std::unique(prefixes.begin(), prefixes.end()), prefixes.end());
+  for (int k : prefixes) {
+    auto st = h.layer.make_state(b);
+    if constexpr (requires { h.layer.absorb(h.ws, st, h.ids); }) {
+      if (q0 > 0) h.layer.absorb(h.ws, st, id_columns<Space>(ids, b, t, 0, q0));
+    }
+    std::vector<double> got(want.size());
+    auto decode = [&](int r0, int r1) {  // rows [r0, r1)
+      Tensor<double***, Space> part("part", b, r1 - r0, v);
+      h.layer.prefill(h.ws, st, id_columns<Space>(ids, b, t, q0 + r0, q0 + r1), part);
+      const auto p = to_vector(part);
+      for (int i = 0; i < b; ++i)
+        for (int j = r0; j < r1; ++j)
+          for (int c = 0; c < v; ++c)
+            got[(std::size_t(i) * rows + j) * v + c] = p[(std::size_t(i) * (r1 - r0) + j - r0) * v + c];
+    };
+    if (k > 0) decode(0, k);
+    const auto snap = h.layer.snapshot(st);
+    for (std::size_t pass = 0; pass < chunks.size(); ++pass) {
+      if (pass > 0) h.layer.restore(st, snap);
+      for (int j = k; j < rows; j += chunks[pass]) decode(j, std::min(rows, j + chunks[pass]));
+      double worst = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]));
+      INFO(Case::name << ": history " << q0 << ", prefill " << k << " + chunks of " << chunks[pass] << ", max |Δ| "
+                      << worst);
+      CHECK(worst <= 1e-10);
+      CHECK(st.length == t);
+    }
+  }
 }
 
 /// Save → load into a differently initialised layer → identical outputs.

@@ -218,22 +218,13 @@ class Attention {
   /// Appends x (B, T, D) to the sequence in `state` and writes its outputs y (B, T, D):
   /// positions state.length .. state.length + T − 1, attending to the cache and themselves.
   void prefill(core::Workspace<Space>& ws, State& state, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
-    static_assert(Scheme::decodable, "hybridseq::layers::Attention: this segment scheme cannot be decoded token by "
-                                     "token (its queries see future positions or only the last latents)");
     constexpr const char* api = "hybridseq::layers::Attention::prefill";
-    core::check_shape(api, "x", x, core::dim(state.k.extent(0)), core::T, core::dim(S.d_model));
     core::check_same_shape(api, "y", y, "x", x);
-    const std::int64_t b = x.extent(0), t = x.extent(1), p = state.length;
-    if (p + t > std::int64_t(state.k.extent(1)))
-      fail<config_error>(api, "KV cache holds ", state.k.extent(1), " positions; ", p, " used + ", t,
-                         " new exceeds it (raise Options::max_cache)");
-    const Space exec{};
     core::WorkspaceScope scope(ws);
     Saved s;
-    s.qkv = ws.template allocate<T***>("attention.qkv", b, t, rows_qkv);
-    wqkv_.forward(ws, x, s.qkv, s.qkv_in);
-    position_heads(ws, s.qkv, p, s);
-    append_to_cache(state, s.qkv, p, t);
+    const std::int64_t b = x.extent(0), t = x.extent(1), p = state.length;
+    extend_cache(ws, state, x, s, api);
+    const Space exec{};
     update_alpha();
     s.o = ws.template allocate<T****>("attention.o", b, t, S.heads, S.head_dim);
     s.lse = ws.template allocate<T*>("attention.lse", b * S.heads * t);
@@ -245,7 +236,14 @@ class Attention {
         s.lse.data(), alpha_.data(), b, t, p + t, p, S.heads, S.kv_heads, S.head_dim};
     kernels::attention::forward<Scheme, T>(exec, args);
     merge_and_project(ws, s, y);
-    state.length = p + t;
+  }
+
+  /// Appends x (B, T, D) to the KV cache without computing outputs: positions whose keys and
+  /// values later queries read but whose own queries nobody needs (PerceiverAR's history).
+  void append(core::Workspace<Space>& ws, State& state, Tensor<const T***, Space> x) const {
+    core::WorkspaceScope scope(ws);
+    Saved s;
+    extend_cache(ws, state, x, s, "hybridseq::layers::Attention::append");
   }
 
   /// One token: x, y (B, 1, D).
@@ -301,6 +299,24 @@ class Attention {
             rows_of<const T>(s.qkv.data() + (S.heads + S.kv_heads) * S.head_dim, n, rows_qkv),
             rows_of<T>(s.o.data(), tq, S.heads * S.head_dim),
             s.lse.data(), alpha_.data(), b, tq, n, s.q0, S.heads, S.kv_heads, S.head_dim};
+  }
+
+  /// Decoding: projects x (B, T, D) at positions state.length.. into s.qkv (RoPE, normalised)
+  /// and appends its keys and values to the cache.
+  void extend_cache(core::Workspace<Space>& ws, State& state, Tensor<const T***, Space> x, Saved& s,
+                    const char* api) const {
+    static_assert(Scheme::decodable, "hybridseq::layers::Attention: this segment scheme cannot be decoded token by "
+                                     "token (its queries see future positions)");
+    core::check_shape(api, "x", x, core::dim(state.k.extent(0)), core::T, core::dim(S.d_model));
+    const std::int64_t b = x.extent(0), t = x.extent(1), p = state.length;
+    if (p + t > std::int64_t(state.k.extent(1)))
+      fail<config_error>(api, "KV cache holds ", state.k.extent(1), " positions; ", p, " used + ", t,
+                         " new exceeds it (raise Options::max_cache)");
+    s.qkv = ws.template allocate<T***>("attention.qkv", b, t, rows_qkv);
+    wqkv_.forward(ws, x, s.qkv, s.qkv_in);
+    position_heads(ws, s.qkv, p, s);
+    append_to_cache(state, s.qkv, p, t);
+    state.length = p + t;
   }
 
   /// RoPE at positions offset.., then cosine normalisation, on the q and k heads of qkv.

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// Exact per-layer costs of the ECP-paper family (ECP, PerceiverAR, Double / s-Split Double
-/// Attention) as functions of (batch, T, shape), constexpr:
+/// Exact per-layer costs of the ECP-paper family (ECP, PerceiverAR, Double / s-Split / Compressed
+/// Double Attention) as functions of (batch, T, shape), constexpr:
 ///
 ///   visible_entries   (query, key) score pairs the scheme allows, per batch row and head —
 ///                     the work of an ideal kernel
@@ -22,6 +22,7 @@
 
 #include "../kernels/attention/segment_schemes.hpp"
 #include "../kernels/attention/tiled_attention.hpp"
+#include "compressed_double_attention.hpp"
 #include "double_attention.hpp"
 #include "ecp.hpp"
 #include "perceiver_ar.hpp"
@@ -151,6 +152,31 @@ constexpr LayerCost double_attention_layer(std::int64_t b, std::int64_t n) {
                        (S.rope ? 2 * padded<T>(n * (dh / 2)) : 0) + padded<T>(b * n * h * dh) +
                        padded<T>(b * h * hist) + padded<T>(b * h * m) + detail::ffn_residual_bytes<T>(b, n, d, S.ffn);
   return c;
+}
+
+/// Compressed Double Attention layer `layer` at batch b (n = h + M is fixed by the shape).
+/// Layer 0: Double Attention over h + M, then the learned Linear(h → c) along time on the
+/// history rows of the heads' output and of the residual stream (2·b·c·h·(H·Dh + D) FLOPs),
+/// W_o and the FFN on the c + M rows. Later layers: Double Attention over c + M rows.
+template <CompressedDoubleShape S, class T = float>
+constexpr LayerCost compressed_double_layer(std::int64_t b, int layer) {
+  constexpr int c = models::detail::compressed_rows<S>;
+  if (layer > 0)
+    return double_attention_layer<DoubleAttentionShape{S.d_model, S.heads, S.head_dim, S.latents, S.ffn, 0, S.rope}, T>(
+        b, c + S.latents);
+  using Latent = attn::PerceiverCross<S.latents>;
+  const std::int64_t d = S.d_model, h = S.heads, dh = S.head_dim, w = h * dh, m = S.latents, r = 3 * w,
+                     hist = S.history, n = hist + m, out = c + m;
+  LayerCost k;
+  k.visible_entries = attn::visible_entries<attn::Bidirectional>(hist) + attn::visible_entries<Latent>(n);
+  k.visited_entries = attn::visited_entries<attn::Bidirectional>(hist, attn::tile_q) + attn::visited_entries<Latent>(n, attn::tile_q);
+  k.flops = detail::attention_flops(b, n, out, d, r, h, dh, k.visible_entries) + 2 * b * c * hist * (w + d) +
+            detail::ffn_flops(b, out, d, S.ffn);
+  k.activation_bytes = detail::prenorm_bytes<T>(b, n, d) + padded<T>(b * n * r) + (S.rope ? 2 * padded<T>(n * (dh / 2)) : 0) +
+                       padded<T>(b * n * w) + padded<T>(b * h * hist) + padded<T>(b * h * m) /* o, lse */ +
+                       padded<T>(b * out * w) /* [o_c ; o_l] */ + padded<T>(b * out * d) /* z */ +
+                       detail::ffn_residual_bytes<T>(b, out, d, S.ffn);
+  return k;
 }
 
 }  // namespace hybridseq::models::cost

@@ -18,9 +18,18 @@
 /// reference code instead shares one K/V projection, rotates only in layer 1 and normalises
 /// K/V with a LayerNorm over the head dim; those quirks are not reproduced here.
 ///
-/// Decoding (sliding the latent window one token at a time) is not provided: every new
-/// token shifts which positions are latents, so each step is a full forward.
+/// Decoding. Layer 1's keys and values depend only on the embeddings, so one cache over every
+/// position serves all windows; the latent layers cache the current window of ≤ M latents.
+///   absorb(ids)    appends history: layer-1 keys/values only, no outputs (O(t) work);
+///                  the next token starts a new latent window.
+///   prefill(ids)   consumes tokens as latents and writes their logits. When a window holds M
+///                  latents, the next token starts a new one (the latent caches restart, layer
+///                  1 keeps everything), so generation runs on indefinitely.
+/// A token at position p in the window starting at s gets exactly the logits the full forward
+/// gives row p − s for the input x[0, s + M) (latent p sees only inputs ≤ p): with
+/// absorb(x[0, n − M)) and then prefill/steps over x[n − M, n), decoding equals forward(x).
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -114,7 +123,7 @@ class PerceiverCrossBlock {
     norm_.forward(ws, x, s.normed, s.norm);
     s.h = ws.template allocate<T***>("perceiver.h", b, M, S.d_model);
     attn_.forward(ws, s.normed, s.h, s.attn);
-    add_latent_rows(x, s.h, n);
+    add_rows(x, s.h, n - M);
     ffn_.forward(ws, s.h, y, s.ffn);
   }
 
@@ -129,8 +138,34 @@ class PerceiverCrossBlock {
     auto dnormed = ws.template allocate_zeroed<T***>("perceiver.dnormed", b, n, S.d_model);
     attn_.backward(ws, s.attn, dh, dnormed);
     norm_.backward(ws, s.norm, dnormed, dx);
-    add_latent_rows_back(dh, dx, n);
+    add_rows_back(dh, dx, n - M);
   }
+
+  // ---- decoding: the cache holds every position's keys and values ----
+  using State = typename Attn::State;
+  State make_state(int batch) const { return attn_.make_state(batch); }
+
+  /// History x (B, t, D): keys and values only.
+  void absorb(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x) const {
+    core::WorkspaceScope scope(ws);
+    attn_.append(ws, st, normalized(ws, x));
+  }
+
+  /// Latents x (B, t, D) → y (B, t, D): each new position attends to every position so far.
+  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
+    core::WorkspaceScope scope(ws);
+    const std::int64_t b = x.extent(0), t = x.extent(1);
+    auto h = ws.template allocate<T***>("perceiver.h", b, t, S.d_model);
+    attn_.prefill(ws, st, normalized(ws, x), h);
+    add_rows(x, h, 0);
+    core::NoState none;
+    core::prefill(ffn_, ws, none, h, y);
+  }
+  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
+    prefill(ws, st, x, y);
+  }
+  State snapshot(const State& st) const { return attn_.snapshot(st); }
+  void restore(State& st, const State& snap) const { attn_.restore(st, snap); }
 
   template <class Visit>
   void visit_parameters(Visit&& visit) {
@@ -140,17 +175,24 @@ class PerceiverCrossBlock {
   }
 
  private:
-  static void add_latent_rows(Tensor<const T***, Space> x, Tensor<T***, Space> h, std::int64_t n) {
+  Tensor<T***, Space> normalized(core::Workspace<Space>& ws, Tensor<const T***, Space> x) const {
+    auto out = ws.template allocate<T***>("perceiver.normed", x.extent(0), x.extent(1), S.d_model);
+    typename Norm::Saved saved;
+    norm_.forward(ws, x, out, saved);
+    return out;
+  }
+  /// h(b, t) += x(b, t0 + t): the residual from the latent rows of x.
+  static void add_rows(Tensor<const T***, Space> x, Tensor<T***, Space> h, std::int64_t t0) {
     Kokkos::parallel_for(
         "hybridseq::models::PerceiverCrossBlock::residual",
-        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {std::int64_t(h.extent(0)), M, S.d_model}),
-        KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t d) { h(i, t, d) += x(i, n - M + t, d); });
+        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {std::int64_t(h.extent(0)), std::int64_t(h.extent(1)), S.d_model}),
+        KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t d) { h(i, t, d) += x(i, t0 + t, d); });
   }
-  static void add_latent_rows_back(Tensor<const T***, Space> dh, Tensor<T***, Space> dx, std::int64_t n) {
+  static void add_rows_back(Tensor<const T***, Space> dh, Tensor<T***, Space> dx, std::int64_t t0) {
     Kokkos::parallel_for(
         "hybridseq::models::PerceiverCrossBlock::residual_backward",
-        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {std::int64_t(dh.extent(0)), M, S.d_model}),
-        KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t d) { dx(i, n - M + t, d) += dh(i, t, d); });
+        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {std::int64_t(dh.extent(0)), std::int64_t(dh.extent(1)), S.d_model}),
+        KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t d) { dx(i, t0 + t, d) += dh(i, t, d); });
   }
 
   Norm norm_;
@@ -213,7 +255,9 @@ class PerceiverAr {
   explicit PerceiverAr(const Options& o = {}) : cross_(o.cross), embed_(o.embed), norm_(o.norm), head_(o.head) {
     if (o.latent_layers < 0)
       fail<value_error>("hybridseq::models::PerceiverAr", "latent_layers must be >= 0, got ", o.latent_layers);
-    if (o.latent_layers > 0) body_.emplace(typename body_type::Options{o.latent_layers, o.block});
+    auto block = o.block;
+    block.attention.max_cache = M;  // a latent cache never holds more than one window
+    if (o.latent_layers > 0) body_.emplace(typename body_type::Options{o.latent_layers, block});
   }
 
   /// Rows of logits for n input positions: the M latents.
@@ -275,6 +319,81 @@ class PerceiverAr {
     head_.logits(s.y, out);
   }
 
+  // ---- decoding (see the file comment) ----
+  static constexpr bool decodable = true;
+  struct State {
+    typename Cross::State cross;             // layer 1: keys/values of every position so far
+    typename body_type::State latent;        // layers 2..L: the current window's latents
+    std::int64_t length = 0;                 // tokens consumed
+    std::int64_t window_start = 0;           // first position of the current latent window
+  };
+
+  /// Layer 1's cache holds Options::cross.attention.max_cache positions (history + latents).
+  State make_state(int batch) const {
+    State st{cross_.make_state(batch), {}, 0, 0};
+    if (body_) st.latent = core::make_state(*body_, batch);
+    return st;
+  }
+
+  /// Appends ids (B, t) as history (no logits); the next token starts a new latent window.
+  void absorb(core::Workspace<Space>& ws, State& st, TokenIds<Space> ids) const {
+    core::WorkspaceScope scope(ws);
+    auto x = embedded(ws, ids);
+    cross_.absorb(ws, st.cross, x);
+    st.length += std::int64_t(ids.extent(1));
+    start_window(st, int(ids.extent(0)));
+  }
+
+  /// Consumes ids (B, t) as latents and writes their logits (B, t, V), starting a new latent
+  /// window whenever the current one holds M.
+  void prefill(core::Workspace<Space>& ws, State& st, TokenIds<Space> ids, Tensor<T***, Space> logits) const {
+    constexpr const char* api = "hybridseq::models::PerceiverAr::prefill";
+    core::check_shape(api, "logits", logits, core::dim(ids.extent(0)), core::dim(ids.extent(1)), core::dim(Vocab));
+    const std::int64_t b = ids.extent(0), t = ids.extent(1);
+    for (std::int64_t t0 = 0; t0 < t;) {
+      if (st.length - st.window_start == M) start_window(st, int(b));
+      const std::int64_t t1 = std::min(t, t0 + (M - (st.length - st.window_start)));
+      core::WorkspaceScope scope(ws);
+      auto chunk = ws.template allocate<std::int32_t**>("perceiver.ids", b, t1 - t0);
+      detail::copy_id_columns<Space>(ids, t0, chunk);
+      auto x = embedded(ws, chunk);
+      auto h = ws.template allocate<T***>("perceiver.h", b, t1 - t0, d_model);
+      cross_.prefill(ws, st.cross, x, h);
+      auto z = h;
+      if (body_) {
+        z = ws.template allocate<T***>("perceiver.z", b, t1 - t0, d_model);
+        core::prefill(*body_, ws, st.latent, h, z);
+      }
+      auto y = ws.template allocate<T***>("perceiver.y", b, t1 - t0, d_model);
+      core::NoState none;
+      core::prefill(norm_, ws, none, z, y);
+      if (t0 == 0 && t1 == t) {
+        head_.logits(y, logits);
+      } else {
+        auto part = ws.template allocate<T***>("perceiver.logits", b, t1 - t0, Vocab);
+        head_.logits(y, part);
+        Kokkos::parallel_for(
+            "hybridseq::models::PerceiverAr::place_logits",
+            Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {b, t1 - t0, std::int64_t(Vocab)}),
+            KOKKOS_LAMBDA(std::int64_t i, std::int64_t j, std::int64_t v) { logits(i, t0 + j, v) = part(i, j, v); });
+      }
+      st.length += t1 - t0;
+      t0 = t1;
+    }
+  }
+
+  State snapshot(const State& st) const {
+    State copy{cross_.snapshot(st.cross), {}, st.length, st.window_start};
+    if (body_) copy.latent = core::snapshot(*body_, st.latent);
+    return copy;
+  }
+  void restore(State& st, const State& snap) const {
+    cross_.restore(st.cross, snap.cross);
+    if (body_) core::restore(*body_, st.latent, snap.latent);
+    st.length = snap.length;
+    st.window_start = snap.window_start;
+  }
+
   template <class Visit>
   void visit_parameters(Visit&& visit) {
     visit("embed", embed_);
@@ -291,6 +410,17 @@ class PerceiverAr {
     if (n < M)
       fail<config_error>(api, "the sequence length T = ", n, " is shorter than the latents M = ", M,
                          " (PerceiverAR needs n = history + M)");
+  }
+
+  Tensor<T***, Space> embedded(core::Workspace<Space>& ws, TokenIds<Space> ids) const {
+    auto x = ws.template allocate<T***>("perceiver.x", ids.extent(0), ids.extent(1), d_model);
+    typename Embed::Saved saved;
+    embed_.forward(ws, ids, x, saved);
+    return x;
+  }
+  void start_window(State& st, int batch) const {
+    st.window_start = st.length;
+    if (body_) st.latent = core::make_state(*body_, batch);
   }
 
   void features(core::Workspace<Space>& ws, TokenIds<Space> ids, Saved& s) const {

@@ -28,11 +28,16 @@
 
 namespace hybridseq::tasks {
 
-/// Number of scored (non-ignored) targets in a batch: the weight of its mean loss when
-/// averaging over several batches.
-inline std::int64_t scored_targets(const Batch& b) {
-  return static_cast<std::int64_t>(
-      std::count_if(b.targets.begin(), b.targets.end(), [](std::int32_t t) { return t != null_target; }));
+/// Number of scored (non-ignored) targets in a batch, counting only columns ≥ first_column
+/// (a latent model such as PerceiverAR scores only its last M columns): the weight of the
+/// batch's mean loss when averaging over several batches.
+inline std::int64_t scored_targets(const Batch& b, int first_column = 0) {
+  std::int64_t n = 0;
+  for (int r = 0; r < b.batch; ++r)
+    for (int t = std::max(first_column, 0); t < b.len; ++t)
+      n += b.targets[static_cast<std::size_t>(r) * static_cast<std::size_t>(b.len) + static_cast<std::size_t>(t)] !=
+           null_target;
+  return n;
 }
 
 /// Which contiguous part of the corpus.

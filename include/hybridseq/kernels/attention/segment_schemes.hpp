@@ -71,7 +71,9 @@ struct PerceiverCross {
   static_assert(M >= 1, "hybridseq::kernels::attention::PerceiverCross: at least one latent");
   static constexpr const char* name = "perceiver_cross";
   static constexpr int latents = M;
-  static constexpr bool decodable = false;
+  // Decoding: each new position is a latent query that sees every earlier key, i.e. causal
+  // over the cache (the history is appended without queries: layers::Attention::append).
+  static constexpr bool decodable = true;
   KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_begin(std::int64_t, std::int64_t) { return 0; }
   KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_end(std::int64_t t, std::int64_t) { return t + 1; }
   static constexpr std::int64_t query_count(std::int64_t) { return M; }
