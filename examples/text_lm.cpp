@@ -76,7 +76,7 @@ nlohmann::json run(const std::string& name, int layers, const Config& c, const t
     fail<config_error>("text_lm", "--eval-stride ", c.eval_stride, " scores targets that ", name,
                        " does not predict (it scores the last ", scored_columns<Model>(c.len), " of ", c.len, ")");
   typename Model::Options o;
-  if constexpr (requires { o.latent_layers; }) o.latent_layers = layers - 1;
+  if constexpr (requires { o.body.latent_layers; }) o.body.latent_layers = layers - 1;
   else o.body.count = layers;
   Model model(o);
   if constexpr (requires { model.initialize(c.seed); }) model.initialize(c.seed);

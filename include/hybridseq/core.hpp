@@ -12,4 +12,5 @@
 #include "core/parameter.hpp"
 #include "core/rng.hpp"
 #include "core/spaces.hpp"
+#include "core/time_slice.hpp"
 #include "core/workspace.hpp"

@@ -53,8 +53,8 @@ struct EcpFamilyCase {
   static typename L::Options options() {
     typename L::Options o;
     if constexpr (requires { o.body.count; }) o.body.count = Layers;
-    else if constexpr (requires { o.later_layers; }) o.later_layers = Layers - 1;
-    else o.latent_layers = Layers - 1;
+    else if constexpr (requires { o.body.later_layers; }) o.body.later_layers = Layers - 1;
+    else o.body.latent_layers = Layers - 1;
     return o;
   }
 };

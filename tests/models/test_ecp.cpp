@@ -94,7 +94,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: PerceiverAR generation past M restarts the laten
   // give the full forward's latent logits for the input x[0, (w+1)M).
   using Model = cases::PerceiverArTiny<double, TestType>;
   constexpr int M = Model::latents, V = Model::vocab, B = 2, n = 3 * M;
-  Model model({.latent_layers = 2});
+  Model model({.body = {.latent_layers = 2}});
   core::initialize(model, 11);
   core::Workspace<TestType> ws;
   std::vector<double> all(std::size_t(B) * n);
@@ -113,7 +113,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: PerceiverAR generation past M restarts the laten
   decode(0, 2 * M - 1);  // one prefill across the first window boundary
   for (int t = 2 * M - 1; t < n; ++t) decode(t, t + 1);
   CHECK(st.length == n);
-  CHECK(st.window_start == 2 * M);
+  CHECK(st.body.window_start == 2 * M);
   for (int w = 0; w < 3; ++w) {
     const int len = (w + 1) * M;
     Tensor<double***, TestType> full("full", B, M, V);
@@ -138,7 +138,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: lengths the models cannot take fail with the cal
     const std::vector<std::string> parts{"T = 10", "multiple of the segment length m = 4", "pad to 12"};
     auto with = [&](std::string api) {
       auto p = parts;
-      p.push_back("hybridseq::models::Ecp::" + api + ": ");
+      p.push_back("hybridseq::models::LanguageModel::" + api + ": ");
       return p;
     };
     check_throws<config_error>([&] { m.evaluate(ws, ids, targets); }, with("evaluate"));
@@ -152,36 +152,36 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: lengths the models cannot take fail with the cal
     core::Workspace<TestType> ws;
     Tensor<std::int32_t**, TestType> ids("ids", 1, 6), targets("targets", 1, 6);
     check_throws<config_error>([&] { m.evaluate(ws, ids, targets); },
-                               {"hybridseq::models::Ecp::evaluate: ", "T = 6", "pad to 8"});
+                               {"hybridseq::models::LanguageModel::evaluate: ", "T = 6", "pad to 8"});
   }
   {
     cases::PerceiverArTiny<float, TestType> m;
     core::Workspace<TestType> ws;
     Tensor<std::int32_t**, TestType> ids("ids", 2, 3), targets("targets", 2, 3);
     check_throws<config_error>([&] { m.evaluate(ws, ids, targets); },
-                               {"hybridseq::models::PerceiverAr::forward: ", "T = 3", "latents M = 4"});
+                               {"hybridseq::models::LanguageModel::evaluate: ", "T = 3", "latents M = 4"});
     Tensor<float***, TestType> logits("logits", 2, 4, cases::ecp_vocab);
     check_throws<config_error>([&] { m.logits(ws, ids, logits); },
-                               {"hybridseq::models::PerceiverAr::logits: ", "T = 3", "latents M = 4"});
+                               {"hybridseq::models::LanguageModel::logits: ", "T = 3", "latents M = 4"});
     Tensor<std::int32_t**, TestType> ids5("ids", 2, 5), wrong("targets", 2, 4);
-    check_throws<shape_error>([&] { m.evaluate(ws, ids5, wrong); }, {"hybridseq::models::PerceiverAr::forward", "targets"});
+    check_throws<shape_error>([&] { m.evaluate(ws, ids5, wrong); }, {"hybridseq::models::LanguageModel::evaluate", "targets"});
   }
   {
     cases::SSplitAttentionTiny<float, TestType> m;
     core::Workspace<TestType> ws;
     Tensor<std::int32_t**, TestType> ids("ids", 2, 10), targets("targets", 2, 10);
     check_throws<config_error>([&] { m.evaluate(ws, ids, targets); },
-                               {"hybridseq::models::DoubleAttentionAr::forward: ", "history T − M = 6 (T = 10, M = 4)",
+                               {"hybridseq::models::LanguageModel::evaluate: ", "history T − M = 6 (T = 10, M = 4)",
                                 "multiple of the s-Split segment length 4"});
     cases::CompressedDoubleTiny<float, TestType> c;
     check_throws<config_error>([&] { c.evaluate(ws, ids, targets); },
-                               {"hybridseq::models::CompressedDoubleAttentionAr::forward: ", "T = 10",
+                               {"hybridseq::models::LanguageModel::evaluate: ", "T = 10",
                                 "history 8 + the latents 4 = 12", "Linear(8 → 2)"});
     cases::DoubleAttentionTiny<float, TestType> d;
     Tensor<std::int32_t**, TestType> short_ids("ids", 2, 3);
     Tensor<float***, TestType> logits("logits", 2, 4, cases::ecp_vocab);
     check_throws<config_error>([&] { d.logits(ws, short_ids, logits); },
-                               {"hybridseq::models::DoubleAttentionAr::logits: ", "T = 3", "latents M = 4"});
+                               {"hybridseq::models::LanguageModel::logits: ", "T = 3", "latents M = 4"});
   }
 }
 

@@ -314,19 +314,20 @@ class PerceiverAr(nn.Module):
         self.latents = s["latents"]
         self.embed = nn.Module()
         self.embed.weight = _param(vocab, d)
-        self.cross = PerceiverCross(d, h, dh, self.latents, f, s["rope"])
-        self.body = nn.Module()
+        self.body = nn.Module()  # models::PerceiverArBody: cross, latent.<i>
+        self.body.cross = PerceiverCross(d, h, dh, self.latents, f, s["rope"])
+        self.body.latent = nn.Module()
         for i in range(layers - 1):
-            self.body.add_module(str(i), Block(d, f, SelfAttention(d, h, dh, s["rope"])))
+            self.body.latent.add_module(str(i), Block(d, f, SelfAttention(d, h, dh, s["rope"])))
         self.norm = LayerNorm(d)
         self.head = nn.Module()
         self.head.weight = _param(vocab, d)
 
     def forward(self, ids: Tensor, targets: Tensor) -> Tuple[Tensor, Tensor]:
         """Returns (loss over the latent targets, logits (B, M, V))."""
-        x = self.cross(F.embedding(ids, self.embed.weight))
-        for i in range(len(self.body._modules)):
-            x = getattr(self.body, str(i))(x)
+        x = self.body.cross(F.embedding(ids, self.embed.weight))
+        for i in range(len(self.body.latent._modules)):
+            x = getattr(self.body.latent, str(i))(x)
         logits = F.linear(self.norm(x), self.head.weight)
         t = targets[:, -self.latents:]
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t.reshape(-1), ignore_index=IGNORE_INDEX)
@@ -450,18 +451,19 @@ class CompressedDoubleAttentionAr(nn.Module):
         self.latents = m
         self.embed = nn.Module()
         self.embed.weight = _param(vocab, d)
-        self.first = CompressedFirst(d, h, dh, m, f, s["history"], c, s["rope"])
-        self.body = nn.Module()
+        self.body = nn.Module()  # models::CompressedDoubleBody: first, layers.<i>
+        self.body.first = CompressedFirst(d, h, dh, m, f, s["history"], c, s["rope"])
+        self.body.layers = nn.Module()
         for i in range(layers - 1):
-            self.body.add_module(str(i), Block(d, f, DoubleAttention(d, h, dh, m, 0, s["rope"])))
+            self.body.layers.add_module(str(i), Block(d, f, DoubleAttention(d, h, dh, m, 0, s["rope"])))
         self.norm = LayerNorm(d)
         self.head = nn.Module()
         self.head.weight = _param(vocab, d)
 
     def forward(self, ids: Tensor, targets: Tensor) -> Tuple[Tensor, Tensor]:
-        x = self.first(F.embedding(ids, self.embed.weight))
-        for i in range(len(self.body._modules)):
-            x = getattr(self.body, str(i))(x)
+        x = self.body.first(F.embedding(ids, self.embed.weight))
+        for i in range(len(self.body.layers._modules)):
+            x = getattr(self.body.layers, str(i))(x)
         logits = F.linear(self.norm(x[:, -self.latents:]), self.head.weight)
         t = targets[:, -self.latents:]
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t.reshape(-1), ignore_index=IGNORE_INDEX)

@@ -18,21 +18,20 @@ backward run in float64 with autograd on the rounded values; stored as F32.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 from typing import Dict, List, Tuple
 
 import torch
-import safetensors.torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import attention  # noqa: E402
-from make_golden import canonical_safetensors_bytes, f32_round  # noqa: E402
+import make_golden  # noqa: E402
+from make_golden import f32_round  # noqa: E402
 
 GENERATOR = "tests/reference/golden_attention.py"
 F64 = torch.float64
@@ -160,35 +159,18 @@ def build_case(name: str, seed: int, cfg: dict):
 def write_case(outdir: str, name: str, seed: int, cfg: dict) -> str:
     tensors, cfg = build_case(name, seed, cfg)
     case = PREFIX + name
-    metadata = {
-        "case": case,
-        "generator": GENERATOR,
-        "torch": torch.__version__,
-        "config": json.dumps(cfg, sort_keys=True),
-    }
-    path = os.path.join(outdir, case + ".safetensors")
-    blob = canonical_safetensors_bytes(tensors, metadata)
-    assert len(blob) < 40 * 1024, (path, len(blob))
-    with open(path, "wb") as f:
-        f.write(blob)
-    back = safetensors.torch.load_file(path)
-    assert set(back) == set(tensors)
-    for k in tensors:
-        assert back[k].dtype == tensors[k].dtype and torch.equal(back[k], tensors[k]), k
+    path, size = make_golden.write_golden(outdir, case, GENERATOR, tensors, cfg)
+    assert size < 40 * 1024, (path, size)
     desc = " ".join(f"{k}{list(v.shape)}" for k, v in sorted(tensors.items()))
-    print(f"{case}.safetensors: {len(blob)} B, {len(tensors)} tensors: {desc}")
+    print(f"{case}.safetensors: {size} B, {len(tensors)} tensors: {desc}")
     return path
 
 
 def write_attention_goldens(outdir: str) -> List[str]:
     """Write every attn_<case>.safetensors into outdir; returns the paths."""
     os.makedirs(outdir, exist_ok=True)
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)  # keep float64 reductions order-stable
-    try:
+    with make_golden.single_threaded():
         return [write_case(outdir, name, seed, cfg) for name, seed, cfg in CASES]
-    finally:
-        torch.set_num_threads(prev)
 
 
 if __name__ == "__main__":

@@ -16,13 +16,11 @@ Before writing, each case's FFT-form output is checked against the plain recurre
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Dict, List, Tuple
 
 import torch
-import safetensors.torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -110,30 +108,13 @@ def build_case(name: str, seed: int, batch: int, time: int) -> Tuple[Dict[str, t
 def write_gss_goldens(outdir: str) -> List[str]:
     """Writes every GSS golden into `outdir`; returns the paths."""
     os.makedirs(outdir, exist_ok=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # keep float64 reductions order-stable
     paths = []
-    try:
+    with make_golden.single_threaded():
         for name, seed, batch, time in CASES:
             tensors, cfg = build_case(name, seed, batch, time)
-            metadata = {
-                "case": name,
-                "generator": GENERATOR,
-                "torch": torch.__version__,
-                "config": json.dumps(cfg, sort_keys=True),
-            }
-            path = os.path.join(outdir, name + ".safetensors")
-            blob = make_golden.canonical_safetensors_bytes(tensors, metadata)
-            with open(path, "wb") as fh:
-                fh.write(blob)
-            back = safetensors.torch.load_file(path)
-            assert set(back) == set(tensors)
-            for k in tensors:
-                assert back[k].dtype == tensors[k].dtype and torch.equal(back[k], tensors[k]), k
-            print(f"{name}.safetensors: {len(blob)} B, {len(tensors)} tensors")
+            path, size = make_golden.write_golden(outdir, name, GENERATOR, tensors, cfg)
+            print(f"{name}.safetensors: {size} B, {len(tensors)} tensors")
             paths.append(path)
-    finally:
-        torch.set_num_threads(threads)
     return paths
 
 

@@ -26,14 +26,12 @@ Two sources of truth:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
-import safetensors.torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -185,17 +183,8 @@ def build_case(name: str, seed: int, shape: str, batch: int, time: int, source: 
 
 def write_case(outdir: str, name: str, seed: int, shape: str, batch: int, time: int, source: str) -> str:
     tensors, cfg = build_case(name, seed, shape, batch, time, source)
-    metadata = {"case": name, "generator": GENERATOR, "torch": torch.__version__,
-                "config": json.dumps(cfg, sort_keys=True)}
-    path = os.path.join(outdir, name + ".safetensors")
-    blob = make_golden.canonical_safetensors_bytes(tensors, metadata)
-    with open(path, "wb") as f:
-        f.write(blob)
-    back = safetensors.torch.load_file(path)
-    assert set(back) == set(tensors)
-    for k in tensors:
-        assert back[k].dtype == tensors[k].dtype and torch.equal(back[k], tensors[k]), k
-    print(f"{name}.safetensors: {len(blob)} B, {len(tensors)} tensors ({source})")
+    path, size = make_golden.write_golden(outdir, name, GENERATOR, tensors, cfg)
+    print(f"{name}.safetensors: {size} B, {len(tensors)} tensors ({source})")
     return path
 
 

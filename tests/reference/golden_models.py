@@ -38,7 +38,6 @@ to float32 even in a float64 model, hence the 1e-5 relative bound, not 1e-12).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -46,7 +45,6 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-import safetensors.torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
@@ -264,30 +262,17 @@ def build_case(name: str, seed: int, builder: Callable):
 
 def write_case(outdir: str, name: str, seed: int, builder: Callable) -> str:
     tensors, cfg = build_case(name, seed, builder)
-    metadata = {"case": name, "generator": GENERATOR, "torch": torch.__version__,
-                "config": json.dumps(cfg, sort_keys=True)}
-    path = os.path.join(outdir, name + ".safetensors")
-    blob = make_golden.canonical_safetensors_bytes(tensors, metadata)
-    with open(path, "wb") as f:
-        f.write(blob)
-    back = safetensors.torch.load_file(path)
-    assert set(back) == set(tensors)
-    for k in tensors:
-        assert back[k].dtype == tensors[k].dtype and torch.equal(back[k], tensors[k]), k
+    path, size = make_golden.write_golden(outdir, name, GENERATOR, tensors, cfg)
     n_params = sum(1 for k in tensors if k.startswith("params/"))
-    print(f"{name}.safetensors: {len(blob)} B, {n_params} parameters, loss {tensors['output'].item():.6f}")
+    print(f"{name}.safetensors: {size} B, {n_params} parameters, loss {tensors['output'].item():.6f}")
     return path
 
 
 def write_model_goldens(outdir: str) -> List[str]:
     """Writes every model golden into `outdir`; returns their paths."""
     os.makedirs(outdir, exist_ok=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # keep float64 reductions order-stable
-    try:
+    with make_golden.single_threaded():
         return [write_case(outdir, *case) for case in CASES]
-    finally:
-        torch.set_num_threads(threads)
 
 
 def main(argv=None) -> int:

@@ -246,6 +246,34 @@ def canonical_safetensors_bytes(tensors: Dict[str, torch.Tensor], metadata: Dict
     return struct.pack("<Q", len(hb)) + hb + data
 
 
+def write_golden(outdir: str, case: str, generator: str, tensors: Dict[str, torch.Tensor], cfg: dict) -> Tuple[str, int]:
+    """Writes ``<outdir>/<case>.safetensors`` with the standard metadata (case, generator, torch
+    version, config as sorted JSON) in canonical bytes, and checks that safetensors reads back
+    exactly those tensors. Returns (path, bytes written)."""
+    metadata = {"case": case, "generator": generator, "torch": torch.__version__,
+                "config": json.dumps(cfg, sort_keys=True)}
+    path = os.path.join(outdir, case + ".safetensors")
+    blob = canonical_safetensors_bytes(tensors, metadata)
+    with open(path, "wb") as f:
+        f.write(blob)
+    back = safetensors.torch.load_file(path)
+    assert set(back) == set(tensors), path
+    for k in tensors:
+        assert back[k].dtype == tensors[k].dtype and torch.equal(back[k], tensors[k]), (path, k)
+    return path, len(blob)
+
+
+class single_threaded:
+    """``with single_threaded():`` — torch on one thread, so float64 reductions keep their order."""
+
+    def __enter__(self):
+        self.threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.threads)
+
+
 def build_case(name: str, seed: int, builder: Callable) -> Tuple[Dict[str, torch.Tensor], dict]:
     g = torch.Generator().manual_seed(seed)
     cfg, x, params, targets = builder(g)
@@ -276,23 +304,9 @@ def build_case(name: str, seed: int, builder: Callable) -> Tuple[Dict[str, torch
 
 def write_case(outdir: str, name: str, seed: int, builder: Callable) -> str:
     tensors, cfg = build_case(name, seed, builder)
-    metadata = {
-        "case": name,
-        "generator": GENERATOR,
-        "torch": torch.__version__,
-        "config": json.dumps(cfg, sort_keys=True),
-    }
-    path = os.path.join(outdir, name + ".safetensors")
-    blob = canonical_safetensors_bytes(tensors, metadata)
-    with open(path, "wb") as f:
-        f.write(blob)
-    # Sanity: the library must read back exactly what we meant to store.
-    back = safetensors.torch.load_file(path)
-    assert set(back) == set(tensors)
-    for k in tensors:
-        assert back[k].dtype == tensors[k].dtype and torch.equal(back[k], tensors[k]), k
+    path, size = write_golden(outdir, name, GENERATOR, tensors, cfg)
     desc = " ".join(f"{k}{list(v.shape)}" for k, v in sorted(tensors.items()))
-    print(f"{name}.safetensors: {len(blob)} B, {len(tensors)} tensors: {desc}")
+    print(f"{name}.safetensors: {size} B, {len(tensors)} tensors: {desc}")
     return path
 
 

@@ -22,11 +22,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "../compose/repeat.hpp"
 #include "../compose/residual.hpp"
 #include "../core/check.hpp"
 #include "../core/parameter.hpp"
+#include "../core/time_slice.hpp"
 #include "../core/workspace.hpp"
 #include "../kernels/gemm.hpp"
 #include "../layers/embedding.hpp"
@@ -34,6 +36,7 @@
 #include "../layers/layer_norm.hpp"
 #include "../layers/lm_head_loss.hpp"
 #include "double_attention.hpp"
+#include "language_model.hpp"
 #include "pre_norm_block.hpp"
 
 namespace hybridseq::models {
@@ -172,14 +175,14 @@ class CompressedDoubleBlock {
     attn_.attend(ws, s.normed, s.attn);
     s.oc = ws.template allocate<T***>("compressed_double.oc", b, C + M, W);
     compress_.forward(s.attn.o, s.oc);
-    detail::copy_time<T, Space>(s.attn.o, Hist, s.oc, C, M);
+    core::copy_time<T, Space>(s.attn.o, Hist, s.oc, C, M);
     s.z = ws.template allocate<T***>("compressed_double.z", b, C + M, S.d_model);
     attn_.project(ws, s.oc, s.z, s.attn.out_in);
     {
       core::WorkspaceScope scope(ws);
       auto xc = ws.template allocate<T***>("compressed_double.xc", b, C + M, S.d_model);
       compress_.forward(x, xc);
-      detail::copy_time<T, Space>(x, Hist, xc, C, M);
+      core::copy_time<T, Space>(x, Hist, xc, C, M);
       add(s.z, xc);
     }
     ffn_.forward(ws, s.z, y, s.ffn);
@@ -243,150 +246,98 @@ class CompressedDoubleBlock {
   FfnResidual ffn_;
 };
 
-/// The Compressed Double Attention language model:
-///
-///   ids (B, h + M) → E → CompressedDoubleBlock → (B, c + M, D) → Double Attention blocks ×(L−1)
-///   → rows c.. (the latents) → LN → head
-///
-/// Loss on the last M targets (targets (B, n)); `logits` (B, M, V). Options::later_layers = L − 1.
-/// Requires: n = h + M exactly (config_error naming the call).
-template <int Vocab, CompressedDoubleShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class CompressedDoubleAttentionAr {
-  static_assert(Vocab > 0 && S.latents >= 1, "hybridseq::models::CompressedDoubleAttentionAr: vocabulary and latents");
+/// The Compressed Double Attention body: x (B, h + M, D) → CompressedDoubleBlock →
+/// (B, c + M, D) → Double Attention blocks ×(L−1) → the last M rows (the latents).
+/// Parameters `first.*`, `layers.<i>.*`; Options::later_layers = L − 1 (0 allowed).
+template <CompressedDoubleShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class CompressedDoubleBody {
   static constexpr int M = S.latents, C = detail::compressed_rows<S>;
 
  public:
   using scalar_type = T;
   using execution_space = Space;
-  static constexpr int vocab = Vocab;
-  static constexpr int d_model = S.d_model;
-  static constexpr int latents = M;
-  static constexpr CompressedDoubleShape shape = S;
+  static constexpr int d_in = S.d_model;
+  static constexpr int d_out = S.d_model;
   using First = CompressedDoubleBlock<S, T, Space>;
-  using Block = typename DoubleAttentionAr<Vocab,
-                                           DoubleAttentionShape{S.d_model, S.heads, S.head_dim, S.latents, S.ffn, 0, S.rope},
-                                           T, Space>::Block;
-  using body_type = compose::Repeat<Block>;  // layers 2..L
-  using Embed = layers::Embedding<layers::EmbeddingShape{Vocab, S.d_model}, T, Space>;
-  using Norm = layers::LayerNorm<S.d_model, T, Space>;
-  using Head = layers::LmHeadLoss<layers::LmHeadShape{S.d_model, Vocab}, T, Space>;
+  using Block = typename DoubleAttentionBody<DoubleAttentionShape{S.d_model, S.heads, S.head_dim, S.latents, S.ffn, 0, S.rope},
+                                             T, Space>::Block;
+  using Layers = compose::Repeat<Block>;
 
   struct Options {
     int later_layers = 1;  // L − 1
     typename First::Options first{};
     typename Block::Options block{};
-    typename Embed::Options embed{.init_std = 0.02};
-    typename Norm::Options norm{};
-    typename Head::Options head{};
   };
   struct Saved {
-    typename Embed::Saved embed;
-    Tensor<T***, Space> x;  // (B, n, D)
     typename First::Saved first;
-    Tensor<T***, Space> h;  // (B, C + M, D)
-    typename body_type::Saved body;
-    Tensor<T***, Space> g;  // (B, C + M, D) after the later layers
-    Tensor<T***, Space> z;  // (B, M, D) latent rows
-    typename Norm::Saved norm;
-    Tensor<T***, Space> y;  // (B, M, D)
-    Tensor<std::int32_t**, Space> targets;  // (B, M)
-    typename Head::Saved head;
+    Tensor<T***, Space> h;  // (B, C + M, D) after layer 1
+    typename Layers::Saved layers;
+    Tensor<T***, Space> g;  // (B, C + M, D) after the later layers (= h when there are none)
   };
 
-  explicit CompressedDoubleAttentionAr(const Options& o = {}) : first_(o.first), embed_(o.embed), norm_(o.norm), head_(o.head) {
+  explicit CompressedDoubleBody(const Options& o = {}) : first_(o.first) {
     if (o.later_layers < 0)
-      fail<value_error>("hybridseq::models::CompressedDoubleAttentionAr", "later_layers must be >= 0, got ", o.later_layers);
-    if (o.later_layers > 0) body_.emplace(typename body_type::Options{o.later_layers, o.block});
+      fail<value_error>("hybridseq::models::CompressedDoubleBody", "later_layers must be >= 0, got ", o.later_layers);
+    if (o.later_layers > 0) layers_.emplace(typename Layers::Options{o.later_layers, o.block});
   }
 
-  static constexpr std::int64_t logit_time(std::int64_t) { return M; }
+  static constexpr std::int64_t output_time(std::int64_t) { return M; }
+  static void check_length(std::string_view api, std::int64_t n) { First::check_length(api, n); }
 
-  T forward(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
-            Saved& s) const {
-    constexpr const char* api = "hybridseq::models::CompressedDoubleAttentionAr::forward";
-    First::check_length(api, ids.extent(1));
-    core::check_shape(api, "targets", targets, core::dim(ids.extent(0)), core::dim(ids.extent(1)));
-    features(ws, ids, s);
-    s.targets = ws.template allocate<std::int32_t**>("compressed_double.targets", ids.extent(0), M);
-    detail::copy_id_columns<Space>(targets, std::int64_t(ids.extent(1)) - M, s.targets);
-    return head_.forward(ws, s.y, s.targets, s.head);
-  }
-
-  void backward(core::Workspace<Space>& ws, const Saved& s, T dloss = T(1)) {
-    core::WorkspaceScope scope(ws);
-    const auto b = s.x.extent(0), n = s.x.extent(1);
-    auto dy = ws.template allocate_zeroed<T***>("compressed_double.dy", b, M, d_model);
-    head_.backward(ws, s.head, dy, dloss);
-    auto dz = ws.template allocate_zeroed<T***>("compressed_double.dz", b, M, d_model);
-    norm_.backward(ws, s.norm, dy, dz);
-    auto dg = ws.template allocate_zeroed<T***>("compressed_double.dg", b, C + M, d_model);
-    detail::copy_time<T, Space>(dz, 0, dg, C, M);
-    Tensor<T***, Space> dh = dg;
-    if (body_) {
-      dh = ws.template allocate_zeroed<T***>("compressed_double.dh", b, C + M, d_model);
-      body_->backward(ws, s.body, dg, dh);
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
+    const auto b = x.extent(0);
+    s.h = ws.template allocate<T***>("compressed_double.h", b, C + M, S.d_model);
+    first_.forward(ws, x, s.h, s.first);
+    s.g = s.h;
+    if (layers_) {
+      s.g = ws.template allocate<T***>("compressed_double.g", b, C + M, S.d_model);
+      layers_->forward(ws, s.h, s.g, s.layers);
     }
-    auto dx = ws.template allocate_zeroed<T***>("compressed_double.dx", b, n, d_model);
-    first_.backward(ws, s.first, dh, dx);
-    embed_.backward(ws, s.embed, dx);
+    core::copy_time<T, Space>(s.g, C, y, 0, M);
   }
 
-  T train_step(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
-               T dloss = T(1)) {
+  void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     core::WorkspaceScope scope(ws);
-    Saved s;
-    const T loss = forward(ws, ids, targets, s);
-    backward(ws, s, dloss);
-    return loss;
-  }
-  T evaluate(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets) const {
-    core::WorkspaceScope scope(ws);
-    Saved s;
-    return forward(ws, ids, targets, s);
-  }
-  /// logits (B, M, V) of the latent positions.
-  void logits(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<T***, Space> out) const {
-    constexpr const char* api = "hybridseq::models::CompressedDoubleAttentionAr::logits";
-    First::check_length(api, ids.extent(1));
-    core::check_shape(api, "out", out, core::dim(ids.extent(0)), core::dim(M), core::dim(Vocab));
-    core::WorkspaceScope scope(ws);
-    Saved s;
-    features(ws, ids, s);
-    head_.logits(s.y, out);
+    const auto b = dy.extent(0);
+    auto dg = ws.template allocate_zeroed<T***>("compressed_double.dg", b, C + M, S.d_model);
+    core::copy_time<T, Space>(dy, 0, dg, C, M);
+    Tensor<T***, Space> dh = dg;
+    if (layers_) {
+      dh = ws.template allocate_zeroed<T***>("compressed_double.dh", b, C + M, S.d_model);
+      layers_->backward(ws, s.layers, dg, dh);
+    }
+    first_.backward(ws, s.first, dh, dx);
   }
 
   template <class Visit>
   void visit_parameters(Visit&& visit) {
-    visit("embed", embed_);
     visit("first", first_);
-    if (body_) visit("body", *body_);
-    visit("norm", norm_);
-    visit("head", head_);
+    if (layers_) visit("layers", *layers_);
   }
 
  private:
-  void features(core::Workspace<Space>& ws, TokenIds<Space> ids, Saved& s) const {
-    const auto b = ids.extent(0), n = ids.extent(1);
-    s.x = ws.template allocate<T***>("compressed_double.x", b, n, d_model);
-    embed_.forward(ws, ids, s.x, s.embed);
-    s.h = ws.template allocate<T***>("compressed_double.h", b, C + M, d_model);
-    first_.forward(ws, s.x, s.h, s.first);
-    s.g = s.h;
-    if (body_) {
-      s.g = ws.template allocate<T***>("compressed_double.g", b, C + M, d_model);
-      body_->forward(ws, s.h, s.g, s.body);
-    }
-    s.z = ws.template allocate<T***>("compressed_double.z", b, M, d_model);
-    detail::copy_time<T, Space>(s.g, C, s.z, 0, M);
-    s.y = ws.template allocate<T***>("compressed_double.y", b, M, d_model);
-    norm_.forward(ws, s.z, s.y, s.norm);
-  }
-
   First first_;
-  std::optional<body_type> body_;
-  Embed embed_;
-  Norm norm_;
-  Head head_;
+  std::optional<Layers> layers_;
+};
+
+/// The Compressed Double Attention language model:
+///
+///   ids (B, h + M) → E → CompressedDoubleBody → (B, M, D) → LN → head
+///
+/// Loss on the last M targets (targets (B, n)); `logits` (B, M, V). Options::body.later_layers
+/// = L − 1. Requires: n = h + M exactly (config_error naming the call).
+template <int Vocab, CompressedDoubleShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class CompressedDoubleAttentionAr
+    : public LanguageModel<Vocab, CompressedDoubleBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
+  static_assert(Vocab > 0 && S.latents >= 1, "hybridseq::models::CompressedDoubleAttentionAr: vocabulary and latents");
+  using Base = LanguageModel<Vocab, CompressedDoubleBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
+
+ public:
+  using Base::Base;
+  static constexpr int latents = S.latents;
+  static constexpr CompressedDoubleShape shape = S;
+  using First = typename CompressedDoubleBody<S, T, Space>::First;
+  using Block = typename CompressedDoubleBody<S, T, Space>::Block;
 };
 
 }  // namespace hybridseq::models

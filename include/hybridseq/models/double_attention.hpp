@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -33,6 +34,7 @@
 #include "../compose/repeat.hpp"
 #include "../core/check.hpp"
 #include "../core/parameter.hpp"
+#include "../core/time_slice.hpp"
 #include "../core/workspace.hpp"
 #include "../kernels/attention/tiled_attention.hpp"
 #include "../kernels/rope.hpp"
@@ -42,8 +44,7 @@
 #include "../layers/layer_norm.hpp"
 #include "../layers/linear.hpp"
 #include "../layers/lm_head_loss.hpp"
-#include "ecp.hpp"           // detail::copy_time
-#include "perceiver_ar.hpp"  // detail::copy_id_columns
+#include "language_model.hpp"
 #include "pre_norm_block.hpp"
 
 namespace hybridseq::models {
@@ -245,137 +246,82 @@ inline constexpr layers::AttentionShape double_attention_shape{
     S.d_model, S.heads, S.heads, S.head_dim, S.rope ? S.head_dim : 0, layers::Score::dot, false, false, true};
 }  // namespace detail
 
-/// The Double Attention (split = 0) or s-Split Double Attention (split = S) language model:
-///
-///   ids (B, n) → E[ids] → blocks ×L (each PreNormBlock<DoubleAttention, FF>) → rows n−M.. →
-///   LN → head
-///
-/// Loss: mean cross-entropy of the last M targets (targets (B, n); the history's are ignored).
-/// `logits` gives (B, M, V). Options::body.count = L.
-///
-/// Requires: n ≥ M and, for s-Split, n − M a multiple of S (config_error naming the call).
-template <int Vocab, DoubleAttentionShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class DoubleAttentionAr {
-  static_assert(Vocab > 0 && S.latents >= 1 && S.split >= 0,
-                "hybridseq::models::DoubleAttentionAr: needs a vocabulary, at least one latent, split >= 0");
+/// The Double Attention body: L blocks over all n rows, returning the last M (the latents).
+/// Parameters `<i>.*` (Options::count = L blocks).
+template <DoubleAttentionShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class DoubleAttentionBody {
   static constexpr int M = S.latents;
 
  public:
   using scalar_type = T;
   using execution_space = Space;
-  static constexpr int vocab = Vocab;
-  static constexpr int d_model = S.d_model;
-  static constexpr int latents = M;
-  static constexpr DoubleAttentionShape shape = S;
+  static constexpr int d_in = S.d_model;
+  static constexpr int d_out = S.d_model;
   using Attn = DoubleAttention<detail::double_attention_shape<S>, detail::double_history_scheme<S>, M, T, Space>;
   using Block = PreNormBlock<Attn,
                              layers::Ffn<layers::FfnShape{S.d_model, S.ffn, layers::FfnKind::mlp, true,
                                                           layers::Activation::gelu},
                                          T, Space>,
                              layers::LayerNorm<S.d_model, T, Space>>;
-  using body_type = compose::Repeat<Block>;
-  using Embed = layers::Embedding<layers::EmbeddingShape{Vocab, S.d_model}, T, Space>;
-  using Norm = layers::LayerNorm<S.d_model, T, Space>;
-  using Head = layers::LmHeadLoss<layers::LmHeadShape{S.d_model, Vocab}, T, Space>;
-
-  struct Options {
-    typename body_type::Options body{};
-    typename Embed::Options embed{.init_std = 0.02};
-    typename Norm::Options norm{};
-    typename Head::Options head{};
-  };
+  using Blocks = compose::Repeat<Block>;
+  using Options = typename Blocks::Options;
   struct Saved {
-    typename Embed::Saved embed;
-    Tensor<T***, Space> x;  // (B, n, D)
-    typename body_type::Saved body;
+    typename Blocks::Saved blocks;
     Tensor<T***, Space> h;  // (B, n, D)
-    Tensor<T***, Space> z;  // (B, M, D) latent rows of h
-    typename Norm::Saved norm;
-    Tensor<T***, Space> y;  // (B, M, D)
-    Tensor<std::int32_t**, Space> targets;  // (B, M)
-    typename Head::Saved head;
   };
 
-  explicit DoubleAttentionAr(const Options& o = {}) : embed_(o.embed), body_(o.body), norm_(o.norm), head_(o.head) {}
+  explicit DoubleAttentionBody(const Options& o = {}) : blocks_(o) {}
 
-  static constexpr std::int64_t logit_time(std::int64_t) { return M; }
+  static constexpr std::int64_t output_time(std::int64_t) { return M; }
+  static void check_length(std::string_view api, std::int64_t n) { Attn::check_length(api, n); }
 
-  T forward(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
-            Saved& s) const {
-    constexpr const char* api = "hybridseq::models::DoubleAttentionAr::forward";
-    Attn::check_length(api, ids.extent(1));
-    core::check_shape(api, "targets", targets, core::dim(ids.extent(0)), core::dim(ids.extent(1)));
-    features(ws, ids, s);
-    s.targets = ws.template allocate<std::int32_t**>("double_attention.targets", ids.extent(0), M);
-    detail::copy_id_columns<Space>(targets, std::int64_t(ids.extent(1)) - M, s.targets);
-    return head_.forward(ws, s.y, s.targets, s.head);
+  /// x (B, n, D) → y (B, M, D): the latent rows of the last block's output.
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
+    const std::int64_t n = x.extent(1);
+    s.h = ws.template allocate<T***>("double_attention.h", x.extent(0), n, S.d_model);
+    blocks_.forward(ws, x, s.h, s.blocks);
+    core::copy_time<T, Space>(s.h, n - M, y, 0, M);
   }
-
-  void backward(core::Workspace<Space>& ws, const Saved& s, T dloss = T(1)) {
+  void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     core::WorkspaceScope scope(ws);
-    const auto b = s.x.extent(0), n = s.x.extent(1);
-    auto dy = ws.template allocate_zeroed<T***>("double_attention.dy", b, M, d_model);
-    head_.backward(ws, s.head, dy, dloss);
-    auto dz = ws.template allocate_zeroed<T***>("double_attention.dz", b, M, d_model);
-    norm_.backward(ws, s.norm, dy, dz);
-    auto dh = ws.template allocate_zeroed<T***>("double_attention.dh", b, n, d_model);
-    detail::copy_time<T, Space>(dz, 0, dh, n - M, M);
-    auto dx = ws.template allocate_zeroed<T***>("double_attention.dx", b, n, d_model);
-    body_.backward(ws, s.body, dh, dx);
-    embed_.backward(ws, s.embed, dx);
-  }
-
-  T train_step(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
-               T dloss = T(1)) {
-    core::WorkspaceScope scope(ws);
-    Saved s;
-    const T loss = forward(ws, ids, targets, s);
-    backward(ws, s, dloss);
-    return loss;
-  }
-  T evaluate(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets) const {
-    core::WorkspaceScope scope(ws);
-    Saved s;
-    return forward(ws, ids, targets, s);
-  }
-  /// logits (B, M, V) of the latent positions.
-  void logits(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<T***, Space> out) const {
-    constexpr const char* api = "hybridseq::models::DoubleAttentionAr::logits";
-    Attn::check_length(api, ids.extent(1));
-    core::check_shape(api, "out", out, core::dim(ids.extent(0)), core::dim(M), core::dim(Vocab));
-    core::WorkspaceScope scope(ws);
-    Saved s;
-    features(ws, ids, s);
-    head_.logits(s.y, out);
+    const std::int64_t n = s.h.extent(1);
+    auto dh = ws.template allocate_zeroed<T***>("double_attention.dh", dy.extent(0), n, S.d_model);
+    core::copy_time<T, Space>(dy, 0, dh, n - M, M);
+    blocks_.backward(ws, s.blocks, dh, dx);
   }
 
   template <class Visit>
   void visit_parameters(Visit&& visit) {
-    visit("embed", embed_);
-    visit("body", body_);
-    visit("norm", norm_);
-    visit("head", head_);
+    blocks_.visit_parameters(visit);
   }
-
-  body_type& body() { return body_; }
+  Blocks& blocks() { return blocks_; }
 
  private:
-  void features(core::Workspace<Space>& ws, TokenIds<Space> ids, Saved& s) const {
-    const auto b = ids.extent(0), n = ids.extent(1);
-    s.x = ws.template allocate<T***>("double_attention.x", b, n, d_model);
-    embed_.forward(ws, ids, s.x, s.embed);
-    s.h = ws.template allocate<T***>("double_attention.h", b, n, d_model);
-    body_.forward(ws, s.x, s.h, s.body);
-    s.z = ws.template allocate<T***>("double_attention.z", b, M, d_model);
-    detail::copy_time<T, Space>(s.h, n - M, s.z, 0, M);
-    s.y = ws.template allocate<T***>("double_attention.y", b, M, d_model);
-    norm_.forward(ws, s.z, s.y, s.norm);
-  }
+  Blocks blocks_;
+};
 
-  Embed embed_;
-  body_type body_;
-  Norm norm_;
-  Head head_;
+/// The Double Attention (split = 0) or s-Split Double Attention (split = S) language model:
+///
+///   ids (B, n) → E[ids] → blocks ×L (each PreNormBlock<DoubleAttention, FF>) → rows n−M.. →
+///   LN → head
+///
+/// Loss: mean cross-entropy of the last M targets (targets (B, n); the history's are ignored).
+/// `logits` gives (B, M, V). Options::body.count = L; parameters `body.<i>.*`.
+///
+/// Requires: n ≥ M and, for s-Split, n − M a multiple of S (config_error naming the call).
+template <int Vocab, DoubleAttentionShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class DoubleAttentionAr
+    : public LanguageModel<Vocab, DoubleAttentionBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
+  static_assert(Vocab > 0 && S.latents >= 1 && S.split >= 0,
+                "hybridseq::models::DoubleAttentionAr: needs a vocabulary, at least one latent, split >= 0");
+  using Base = LanguageModel<Vocab, DoubleAttentionBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
+
+ public:
+  using Base::Base;
+  static constexpr int latents = S.latents;
+  static constexpr DoubleAttentionShape shape = S;
+  using Attn = typename DoubleAttentionBody<S, T, Space>::Attn;
+  using Block = typename DoubleAttentionBody<S, T, Space>::Block;
 };
 
 }  // namespace hybridseq::models

@@ -38,11 +38,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 #include "../compose/repeat.hpp"
 #include "../core/check.hpp"
 #include "../core/parameter.hpp"
+#include "../core/time_slice.hpp"
 #include "../core/workspace.hpp"
 #include "../kernels/attention/tiled_attention.hpp"
 #include "../kernels/rope.hpp"
@@ -68,18 +70,6 @@ struct EcpShape {
 };
 
 namespace detail {
-
-/// to(:, to_t0 + j, :) = from(:, from_t0 + j, :) for j < len: a time slice of a (B, T, C)
-/// tensor, which is not contiguous for B > 1.
-template <class T, class Space>
-void copy_time(Tensor<const T***, Space> from, std::int64_t from_t0, Tensor<T***, Space> to, std::int64_t to_t0,
-               std::int64_t len) {
-  const std::int64_t b = from.extent(0), c = from.extent(2);
-  if (b * len * c == 0) return;
-  Kokkos::parallel_for(
-      "hybridseq::models::copy_time", Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {b, len, c}),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t j, std::int64_t k) { to(i, to_t0 + j, k) = from(i, from_t0 + j, k); });
-}
 
 /// Moves ring rows [m, 2m) to [0, m) of a (B, 2m, H, Dh) cache.
 template <class T, class Space>
@@ -109,9 +99,9 @@ void by_segment(core::Workspace<Space>& ws, std::int64_t length, std::int64_t m,
       core::WorkspaceScope scope(ws);
       auto xc = ws.template allocate<T***>("ecp.chunk.x", b, len, d);
       auto yc = ws.template allocate<T***>("ecp.chunk.y", b, len, dy);
-      copy_time<T, Space>(x, done, xc, 0, len);
+      core::copy_time<T, Space>(x, done, xc, 0, len);
       chunk(Tensor<const T***, Space>(xc), yc);
-      copy_time<T, Space>(yc, 0, y, done, len);
+      core::copy_time<T, Space>(yc, 0, y, done, len);
     }
     done += len;
   }
@@ -294,16 +284,16 @@ class EcpFaithfulAttention {
     {
       auto dy0 = ws.template allocate<T***>("ecp.dy0", b, m0, S.d_model);
       auto do0 = ws.template allocate_zeroed<T***>("ecp.do0", b, m0, W);
-      detail::copy_time<T, Space>(dy, 0, dy0, 0, m0);
+      core::copy_time<T, Space>(dy, 0, dy0, 0, m0);
       to_out_0_.backward(ws, s.first_in, dy0, do0);
-      detail::copy_time<T, Space>(do0, 0, d_o, 0, m0);
+      core::copy_time<T, Space>(do0, 0, d_o, 0, m0);
     }
     if (n > m0) {
       auto dy1 = ws.template allocate<T***>("ecp.dy1", b, n - m0, S.d_model);
       auto do1 = ws.template allocate_zeroed<T***>("ecp.do1", b, n - m0, W);
-      detail::copy_time<T, Space>(dy, m0, dy1, 0, n - m0);
+      core::copy_time<T, Space>(dy, m0, dy1, 0, n - m0);
       to_out_.backward(ws, s.rest_in, dy1, do1);
-      detail::copy_time<T, Space>(do1, 0, d_o, m0, n - m0);
+      core::copy_time<T, Space>(do1, 0, d_o, m0, n - m0);
     }
     auto dq = ws.template allocate<T***>("ecp.dq", b, n, W);
     auto dk = ws.template allocate<T***>("ecp.dk", b, n, W);
@@ -408,17 +398,17 @@ class EcpFaithfulAttention {
     const std::int64_t m0 = std::clamp<std::int64_t>(M - offset, 0, n);
     if (m0 > 0) {
       s.o_first = ws.template allocate<T***>("ecp.o_first", b, m0, W);
-      detail::copy_time<T, Space>(s.o, 0, s.o_first, 0, m0);
+      core::copy_time<T, Space>(s.o, 0, s.o_first, 0, m0);
       auto y0 = m0 == n ? y : ws.template allocate<T***>("ecp.y0", b, m0, S.d_model);
       to_out_0_.forward(ws, s.o_first, y0, s.first_in);
-      if (m0 < n) detail::copy_time<T, Space>(y0, 0, y, 0, m0);
+      if (m0 < n) core::copy_time<T, Space>(y0, 0, y, 0, m0);
     }
     if (n > m0) {
       s.o_rest = ws.template allocate<T***>("ecp.o_rest", b, n - m0, W);
-      detail::copy_time<T, Space>(s.o, m0, s.o_rest, 0, n - m0);
+      core::copy_time<T, Space>(s.o, m0, s.o_rest, 0, n - m0);
       auto y1 = m0 == 0 ? y : ws.template allocate<T***>("ecp.y1", b, n - m0, S.d_model);
       to_out_.forward(ws, s.o_rest, y1, s.rest_in);
-      if (m0 > 0) detail::copy_time<T, Space>(y1, 0, y, m0, n - m0);
+      if (m0 > 0) core::copy_time<T, Space>(y1, 0, y, m0, n - m0);
     }
   }
 
@@ -470,14 +460,29 @@ using EcpBlock = PreNormBlock<EcpAttentionOf<S, T, Space>,
                                           T, Space>,
                               layers::LayerNorm<S.d_model, T, Space>>;
 
+/// ECP's body: Options::count EcpBlocks, refusing training / evaluation lengths that are not
+/// whole segments (decoding takes any length).
+template <EcpShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class EcpBody : public compose::Repeat<EcpBlock<S, T, Space>> {
+ public:
+  using compose::Repeat<EcpBlock<S, T, Space>>::Repeat;
+
+  static void check_length(std::string_view api, std::int64_t t) {
+    if (t % S.segment != 0 || t == 0)
+      fail<config_error>(api, "the sequence length T = ", t, " must be a positive multiple of the segment length m = ",
+                         S.segment, " (ECP splits n = s·m; pad to ",
+                         std::max<std::int64_t>(1, (t + S.segment - 1) / S.segment) * S.segment, ")");
+  }
+};
+
 /// The ECP language model: Options::body.count blocks, final LayerNorm, untied head.
 ///
 /// Requires: training / evaluation / logits on T a multiple of S.segment (config_error naming
 /// the call otherwise; pad the batch). Decoding (make_state / prefill) takes any length.
 template <int Vocab, EcpShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class Ecp : public LanguageModel<Vocab, compose::Repeat<EcpBlock<S, T, Space>>, layers::LayerNorm<S.d_model, T, Space>> {
+class Ecp : public LanguageModel<Vocab, EcpBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
   static_assert(S.segment >= 1, "hybridseq::models::Ecp: the segment length must be at least 1");
-  using Base = LanguageModel<Vocab, compose::Repeat<EcpBlock<S, T, Space>>, layers::LayerNorm<S.d_model, T, Space>>;
+  using Base = LanguageModel<Vocab, EcpBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
 
  public:
   using Options = typename Base::Options;
@@ -487,34 +492,6 @@ class Ecp : public LanguageModel<Vocab, compose::Repeat<EcpBlock<S, T, Space>>, 
   explicit Ecp(const Options& o = {}) : Base(o) {
     if constexpr (S.faithful)
       for (int i = 0; i < this->body().size(); ++i) this->body()[i].attention().set_rotary(i == 0);
-  }
-
-  T forward(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
-            typename Base::Saved& s) const {
-    check_length("forward", ids.extent(1));
-    return Base::forward(ws, ids, targets, s);
-  }
-  T train_step(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
-               T dloss = T(1)) {
-    check_length("train_step", ids.extent(1));
-    return Base::train_step(ws, ids, targets, dloss);
-  }
-  T evaluate(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets) const {
-    check_length("evaluate", ids.extent(1));
-    return Base::evaluate(ws, ids, targets);
-  }
-  void logits(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<T***, Space> out) const {
-    check_length("logits", ids.extent(1));
-    Base::logits(ws, ids, out);
-  }
-
- private:
-  static void check_length(const char* op, std::int64_t t) {
-    if (t % S.segment != 0 || t == 0)
-      fail<config_error>(std::string("hybridseq::models::Ecp::") + op, "the sequence length T = ", t,
-                         " must be a positive multiple of the segment length m = ", S.segment,
-                         " (ECP splits n = s·m; pad to ", std::max<std::int64_t>(1, (t + S.segment - 1) / S.segment) * S.segment,
-                         ")");
   }
 };
 

@@ -9,8 +9,18 @@
 ///
 /// The loss is the mean cross-entropy over targets ≠ ignore_index (−100): tasks mark
 /// unsupervised (<null>) positions that way, so they count in neither loss nor gradient.
+///
+/// Two optional hooks of the body serve models that read a history and predict only their
+/// last positions (PerceiverAR, Double / Compressed Double Attention):
+///   Body::output_time(n)          rows the body returns for n inputs: the last ones, so logits
+///                                 are (B, output_time(n), V) and the loss scores the targets
+///                                 of those last columns only (the history's are ignored);
+///   Body::check_length(api, n)    refuses sequence lengths the body cannot take, before any
+///                                 work, naming the model's call.
+/// A body that can take history without producing rows (`absorb`) gets `absorb` here too.
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "../core/check.hpp"
@@ -53,19 +63,25 @@ class LanguageModel {
     typename Embed::Saved embed;
     Tensor<T***, Space> x;  // (B, T, D) embeddings
     typename Body::Saved body;
-    Tensor<T***, Space> h;  // (B, T, D) body output
+    Tensor<T***, Space> h;  // (B, R, D) body output, R = logit_time(T)
     typename FinalNorm::Saved norm;
-    Tensor<T***, Space> y;  // (B, T, D) normalised
+    Tensor<T***, Space> y;  // (B, R, D) normalised
+    Tensor<std::int32_t**, Space> targets;  // (B, R) the last R targets, when R < T
     typename Head::Saved head;
   };
+
+  /// Rows of logits (and scored targets) for T input positions: T, or the body's output_time.
+  static constexpr std::int64_t logit_time(std::int64_t t) {
+    if constexpr (requires { Body::output_time(t); }) return Body::output_time(t);
+    else return t;
+  }
 
   explicit LanguageModel(const Options& o = {}) : embed_(o.embed), body_(o.body), norm_(o.norm), head_(o.head) {}
 
   /// Mean loss over supervised targets; fills `s` for backward. ids, targets (B, T).
   T forward(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
             Saved& s) const {
-    features(ws, ids, s);
-    return head_.forward(ws, s.y, targets, s.head);
+    return loss(ws, ids, targets, s, "hybridseq::models::LanguageModel::forward");
   }
 
   /// Accumulates every parameter gradient of dloss · loss.
@@ -73,10 +89,10 @@ class LanguageModel {
     requires core::TrainableBranch<Body>
   {
     core::WorkspaceScope scope(ws);
-    const auto b = s.y.extent(0), t = s.y.extent(1);
-    auto dy = ws.template allocate_zeroed<T***>("lm.dy", b, t, d_model);
+    const auto b = s.y.extent(0), r = s.y.extent(1), t = s.x.extent(1);
+    auto dy = ws.template allocate_zeroed<T***>("lm.dy", b, r, d_model);
     head_.backward(ws, s.head, dy, dloss);
-    auto dh = ws.template allocate_zeroed<T***>("lm.dh", b, t, d_model);
+    auto dh = ws.template allocate_zeroed<T***>("lm.dh", b, r, d_model);
     norm_.backward(ws, s.norm, dy, dh);
     auto dx = ws.template allocate_zeroed<T***>("lm.dx", b, t, d_model);
     body_.backward(ws, s.body, dh, dx);
@@ -89,20 +105,24 @@ class LanguageModel {
     static_assert(core::require_trainable_branch<Body>());
     core::WorkspaceScope scope(ws);
     Saved s;
-    const T loss = forward(ws, ids, targets, s);
+    const T value = loss(ws, ids, targets, s, "hybridseq::models::LanguageModel::train_step");
     backward(ws, s, dloss);
-    return loss;
+    return value;
   }
 
   /// The loss without gradients.
   T evaluate(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets) const {
     core::WorkspaceScope scope(ws);
     Saved s;
-    return forward(ws, ids, targets, s);
+    return loss(ws, ids, targets, s, "hybridseq::models::LanguageModel::evaluate");
   }
 
-  /// logits (B, T, V) of the full (teacher-forced) forward.
+  /// logits (B, logit_time(T), V) of the full (teacher-forced) forward.
   void logits(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<T***, Space> out) const {
+    constexpr const char* api = "hybridseq::models::LanguageModel::logits";
+    check_length(api, ids.extent(1));
+    core::check_shape(api, "logits", out, core::dim(ids.extent(0)), core::dim(logit_time(ids.extent(1))),
+                      core::dim(Vocab));
     core::WorkspaceScope scope(ws);
     Saved s;
     features(ws, ids, s);
@@ -139,6 +159,20 @@ class LanguageModel {
     head_.logits(y, logits);
     st.length += std::int64_t(t);
   }
+  /// Appends ids (B, T) as context without logits, where the body can (PerceiverAR's history).
+  void absorb(core::Workspace<Space>& ws, State& st, TokenIds<Space> ids) const
+    requires decodable && requires(const Body& b, core::state_t<Body>& bs, Tensor<const T***, Space> x) {
+      b.absorb(ws, bs, x);
+    }
+  {
+    core::WorkspaceScope scope(ws);
+    auto x = ws.template allocate<T***>("lm.x", ids.extent(0), ids.extent(1), d_model);
+    typename Embed::Saved es;
+    embed_.forward(ws, ids, x, es);
+    body_.absorb(ws, st.body, x);
+    st.length += std::int64_t(ids.extent(1));
+  }
+
   State snapshot(const State& st) const
     requires decodable
   {
@@ -163,13 +197,36 @@ class LanguageModel {
   const Body& body() const { return body_; }
 
  private:
+  static void check_length(const char* api, std::int64_t t) {
+    if constexpr (requires { Body::check_length(api, t); }) Body::check_length(api, t);
+  }
+
+  T loss(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets, Saved& s,
+         const char* api) const {
+    check_length(api, ids.extent(1));
+    const std::int64_t b = ids.extent(0), t = ids.extent(1), r = logit_time(t);
+    if (r == t) {
+      features(ws, ids, s);
+      return head_.forward(ws, s.y, targets, s.head);
+    }
+    core::check_shape(api, "targets", targets, core::dim(b), core::dim(t));
+    features(ws, ids, s);
+    s.targets = ws.template allocate<std::int32_t**>("lm.targets", b, r);
+    const auto from = targets;
+    const auto to = s.targets;
+    Kokkos::parallel_for(
+        "hybridseq::models::LanguageModel::last_targets", Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>({0, 0}, {b, r}),
+        KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { to(i, j) = from(i, t - r + j); });
+    return head_.forward(ws, s.y, s.targets, s.head);
+  }
+
   void features(core::Workspace<Space>& ws, TokenIds<Space> ids, Saved& s) const {
-    const auto b = ids.extent(0), t = ids.extent(1);
+    const auto b = ids.extent(0), t = ids.extent(1), r = logit_time(t);
     s.x = ws.template allocate<T***>("lm.x", b, t, d_model);
     embed_.forward(ws, ids, s.x, s.embed);
-    s.h = ws.template allocate<T***>("lm.h", b, t, d_model);
+    s.h = ws.template allocate<T***>("lm.h", b, r, d_model);
     body_.forward(ws, s.x, s.h, s.body);
-    s.y = ws.template allocate<T***>("lm.y", b, t, d_model);
+    s.y = ws.template allocate<T***>("lm.y", b, r, d_model);
     norm_.forward(ws, s.h, s.y, s.norm);
   }
 

@@ -33,17 +33,20 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "../compose/repeat.hpp"
 #include "../compose/residual.hpp"
 #include "../core/check.hpp"
 #include "../core/parameter.hpp"
+#include "../core/time_slice.hpp"
 #include "../core/workspace.hpp"
 #include "../layers/attention.hpp"
 #include "../layers/embedding.hpp"
 #include "../layers/ffn.hpp"
 #include "../layers/layer_norm.hpp"
 #include "../layers/lm_head_loss.hpp"
+#include "language_model.hpp"
 #include "pre_norm_block.hpp"
 
 namespace hybridseq::models {
@@ -67,15 +70,6 @@ inline constexpr layers::AttentionShape perceiver_attention_shape{
 template <PerceiverArShape S, Scalar T, ExecutionSpace Space>
 using PerceiverFfn =
     layers::Ffn<layers::FfnShape{S.d_model, S.ffn, layers::FfnKind::mlp, true, layers::Activation::gelu}, T, Space>;
-
-/// dst(b, j) = src(b, t0 + j) for a (B, T) id tensor.
-template <class Space>
-void copy_id_columns(Tensor<const std::int32_t**, Space> src, std::int64_t t0, Tensor<std::int32_t**, Space> dst) {
-  Kokkos::parallel_for(
-      "hybridseq::models::copy_id_columns",
-      Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>({0, 0}, {std::int64_t(dst.extent(0)), std::int64_t(dst.extent(1))}),
-      KOKKOS_LAMBDA(std::int64_t b, std::int64_t j) { dst(b, j) = src(b, t0 + j); });
-}
 
 }  // namespace detail
 
@@ -200,249 +194,165 @@ class PerceiverCrossBlock {
   FfnResidual ffn_;
 };
 
-/// The PerceiverAR language model.
-///
-///   ids (B, n) → E[ids] → PerceiverCrossBlock → (B, M, D) → latent blocks ×(L−1) → LN → head
-///
-/// The loss is the mean cross-entropy of the last M targets (targets are (B, n); the first
-/// n − M are ignored). `logits` gives (B, M, V) for the latent positions n − M .. n − 1.
-/// Options::latent_layers = L − 1 (0 allowed).
-///
-/// Requires: n ≥ M (config_error naming the call otherwise).
-template <int Vocab, PerceiverArShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class PerceiverAr {
-  static_assert(Vocab > 0 && S.latents >= 1, "hybridseq::models::PerceiverAr: needs a vocabulary and at least one latent");
+/// PerceiverAR's body: embeddings x (B, n, D) → the M latents' features (B, M, D), as
+/// PerceiverCrossBlock followed by Options::latent_layers = L − 1 causal blocks over the
+/// latents. Parameters `cross.*`, `latent.<i>.*`.
+template <PerceiverArShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class PerceiverArBody {
   static constexpr int M = S.latents;
 
  public:
   using scalar_type = T;
   using execution_space = Space;
-  static constexpr int vocab = Vocab;
-  static constexpr int d_model = S.d_model;
+  static constexpr int d_in = S.d_model;
+  static constexpr int d_out = S.d_model;
   static constexpr int latents = M;
-  static constexpr PerceiverArShape shape = S;
   using Cross = PerceiverCrossBlock<S, T, Space>;
   using LatentBlock =
       PreNormBlock<layers::Attention<detail::perceiver_attention_shape<S>, kernels::attention::Causal, T, Space>,
                    detail::PerceiverFfn<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
-  using body_type = compose::Repeat<LatentBlock>;  // layers 2..L
-  using Embed = layers::Embedding<layers::EmbeddingShape{Vocab, S.d_model}, T, Space>;
-  using Norm = layers::LayerNorm<S.d_model, T, Space>;
-  using Head = layers::LmHeadLoss<layers::LmHeadShape{S.d_model, Vocab}, T, Space>;
+  using Latent = compose::Repeat<LatentBlock>;
 
   struct Options {
-    int latent_layers = 1;  // L − 1
+    int latent_layers = 1;  // L − 1 (0 allowed)
     typename Cross::Options cross{};
     typename LatentBlock::Options block{};
-    typename Embed::Options embed{.init_std = 0.02};
-    typename Norm::Options norm{};
-    typename Head::Options head{};
   };
-
   struct Saved {
-    typename Embed::Saved embed;
-    Tensor<T***, Space> x;  // (B, n, D)
     typename Cross::Saved cross;
-    Tensor<T***, Space> h;  // (B, M, D) after layer 1
-    typename body_type::Saved body;
-    Tensor<T***, Space> z;  // (B, M, D) after the latent blocks (= h when there are none)
-    typename Norm::Saved norm;
-    Tensor<T***, Space> y;  // (B, M, D)
-    Tensor<std::int32_t**, Space> targets;  // (B, M) the latent targets
-    typename Head::Saved head;
+    Tensor<T***, Space> h;  // (B, M, D) after layer 1, when there are latent layers
+    typename Latent::Saved latent;
   };
 
-  explicit PerceiverAr(const Options& o = {}) : cross_(o.cross), embed_(o.embed), norm_(o.norm), head_(o.head) {
+  explicit PerceiverArBody(const Options& o = {}) : cross_(o.cross) {
     if (o.latent_layers < 0)
-      fail<value_error>("hybridseq::models::PerceiverAr", "latent_layers must be >= 0, got ", o.latent_layers);
+      fail<value_error>("hybridseq::models::PerceiverArBody", "latent_layers must be >= 0, got ", o.latent_layers);
     auto block = o.block;
     block.attention.max_cache = M;  // a latent cache never holds more than one window
-    if (o.latent_layers > 0) body_.emplace(typename body_type::Options{o.latent_layers, block});
+    if (o.latent_layers > 0) latent_.emplace(typename Latent::Options{o.latent_layers, block});
   }
 
-  /// Rows of logits for n input positions: the M latents.
-  static constexpr std::int64_t logit_time(std::int64_t) { return M; }
-
-  /// Mean loss over the supervised latent targets; ids, targets (B, n).
-  T forward(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
-            Saved& s) const {
-    constexpr const char* api = "hybridseq::models::PerceiverAr::forward";
-    check_length(api, ids.extent(1));
-    core::check_shape(api, "targets", targets, core::dim(ids.extent(0)), core::dim(ids.extent(1)));
-    features(ws, ids, s);
-    s.targets = ws.template allocate<std::int32_t**>("perceiver.targets", ids.extent(0), M);
-    detail::copy_id_columns<Space>(targets, std::int64_t(ids.extent(1)) - M, s.targets);
-    return head_.forward(ws, s.y, s.targets, s.head);
+  /// The M latents are the last M of n positions.
+  static constexpr std::int64_t output_time(std::int64_t) { return M; }
+  static void check_length(std::string_view api, std::int64_t n) {
+    if (n < M)
+      fail<config_error>(api, "the sequence length T = ", n, " is shorter than the latents M = ", M,
+                         " (PerceiverAR needs n = history + M)");
   }
 
-  /// Accumulates every parameter gradient of dloss · loss.
-  void backward(core::Workspace<Space>& ws, const Saved& s, T dloss = T(1)) {
+  /// x (B, n, D), n ≥ M → y (B, M, D).
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
+    if (!latent_) return cross_.forward(ws, x, y, s.cross);
+    s.h = ws.template allocate<T***>("perceiver.h", x.extent(0), M, S.d_model);
+    cross_.forward(ws, x, s.h, s.cross);
+    latent_->forward(ws, s.h, y, s.latent);
+  }
+
+  void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
+    if (!latent_) return cross_.backward(ws, s.cross, dy, dx);
     core::WorkspaceScope scope(ws);
-    const auto b = s.y.extent(0), n = s.x.extent(1);
-    auto dy = ws.template allocate_zeroed<T***>("perceiver.dy", b, M, d_model);
-    head_.backward(ws, s.head, dy, dloss);
-    auto dz = ws.template allocate_zeroed<T***>("perceiver.dz", b, M, d_model);
-    norm_.backward(ws, s.norm, dy, dz);
-    Tensor<T***, Space> dh = dz;
-    if (body_) {
-      dh = ws.template allocate_zeroed<T***>("perceiver.dh", b, M, d_model);
-      body_->backward(ws, s.body, dz, dh);
-    }
-    auto dx = ws.template allocate_zeroed<T***>("perceiver.dx", b, n, d_model);
+    auto dh = ws.template allocate_zeroed<T***>("perceiver.dh", dy.extent(0), M, S.d_model);
+    latent_->backward(ws, s.latent, dy, dh);
     cross_.backward(ws, s.cross, dh, dx);
-    embed_.backward(ws, s.embed, dx);
-  }
-
-  T train_step(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
-               T dloss = T(1)) {
-    core::WorkspaceScope scope(ws);
-    Saved s;
-    const T loss = forward(ws, ids, targets, s);
-    backward(ws, s, dloss);
-    return loss;
-  }
-
-  T evaluate(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets) const {
-    core::WorkspaceScope scope(ws);
-    Saved s;
-    return forward(ws, ids, targets, s);
-  }
-
-  /// logits (B, M, V) of the latent positions.
-  void logits(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<T***, Space> out) const {
-    constexpr const char* api = "hybridseq::models::PerceiverAr::logits";
-    check_length(api, ids.extent(1));
-    core::check_shape(api, "out", out, core::dim(ids.extent(0)), core::dim(M), core::dim(Vocab));
-    core::WorkspaceScope scope(ws);
-    Saved s;
-    features(ws, ids, s);
-    head_.logits(s.y, out);
   }
 
   // ---- decoding (see the file comment) ----
-  static constexpr bool decodable = true;
   struct State {
-    typename Cross::State cross;             // layer 1: keys/values of every position so far
-    typename body_type::State latent;        // layers 2..L: the current window's latents
-    std::int64_t length = 0;                 // tokens consumed
-    std::int64_t window_start = 0;           // first position of the current latent window
+    typename Cross::State cross;       // layer 1: keys/values of every position so far
+    typename Latent::State latent;     // layers 2..L: the current window's latents
+    std::int64_t length = 0;           // positions consumed
+    std::int64_t window_start = 0;     // first position of the current latent window
   };
 
   /// Layer 1's cache holds Options::cross.attention.max_cache positions (history + latents).
   State make_state(int batch) const {
     State st{cross_.make_state(batch), {}, 0, 0};
-    if (body_) st.latent = core::make_state(*body_, batch);
+    if (latent_) st.latent = core::make_state(*latent_, batch);
     return st;
   }
 
-  /// Appends ids (B, t) as history (no logits); the next token starts a new latent window.
-  void absorb(core::Workspace<Space>& ws, State& st, TokenIds<Space> ids) const {
-    core::WorkspaceScope scope(ws);
-    auto x = embedded(ws, ids);
+  /// History x (B, t, D): layer-1 keys/values only; the next position starts a new window.
+  void absorb(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x) const {
     cross_.absorb(ws, st.cross, x);
-    st.length += std::int64_t(ids.extent(1));
-    start_window(st, int(ids.extent(0)));
+    st.length += std::int64_t(x.extent(1));
+    start_window(st, int(x.extent(0)));
   }
 
-  /// Consumes ids (B, t) as latents and writes their logits (B, t, V), starting a new latent
-  /// window whenever the current one holds M.
-  void prefill(core::Workspace<Space>& ws, State& st, TokenIds<Space> ids, Tensor<T***, Space> logits) const {
-    constexpr const char* api = "hybridseq::models::PerceiverAr::prefill";
-    core::check_shape(api, "logits", logits, core::dim(ids.extent(0)), core::dim(ids.extent(1)), core::dim(Vocab));
-    const std::int64_t b = ids.extent(0), t = ids.extent(1);
+  /// Latents x (B, t, D) → y (B, t, D), starting a new window whenever the current holds M.
+  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
+    const std::int64_t b = x.extent(0), t = x.extent(1);
     for (std::int64_t t0 = 0; t0 < t;) {
       if (st.length - st.window_start == M) start_window(st, int(b));
-      const std::int64_t t1 = std::min(t, t0 + (M - (st.length - st.window_start)));
+      const std::int64_t len = std::min(t - t0, M - (st.length - st.window_start));
       core::WorkspaceScope scope(ws);
-      auto chunk = ws.template allocate<std::int32_t**>("perceiver.ids", b, t1 - t0);
-      detail::copy_id_columns<Space>(ids, t0, chunk);
-      auto x = embedded(ws, chunk);
-      auto h = ws.template allocate<T***>("perceiver.h", b, t1 - t0, d_model);
-      cross_.prefill(ws, st.cross, x, h);
-      auto z = h;
-      if (body_) {
-        z = ws.template allocate<T***>("perceiver.z", b, t1 - t0, d_model);
-        core::prefill(*body_, ws, st.latent, h, z);
+      Tensor<const T***, Space> xc = x;
+      Tensor<T***, Space> yc = y;
+      if (len < t) {
+        auto part = ws.template allocate<T***>("perceiver.x_window", b, len, S.d_model);
+        core::copy_time<T, Space>(x, t0, part, 0, len);
+        xc = part;
+        yc = ws.template allocate<T***>("perceiver.y_window", b, len, S.d_model);
       }
-      auto y = ws.template allocate<T***>("perceiver.y", b, t1 - t0, d_model);
-      core::NoState none;
-      core::prefill(norm_, ws, none, z, y);
-      if (t0 == 0 && t1 == t) {
-        head_.logits(y, logits);
+      if (latent_) {
+        auto h = ws.template allocate<T***>("perceiver.h", b, len, S.d_model);
+        cross_.prefill(ws, st.cross, xc, h);
+        core::prefill(*latent_, ws, st.latent, h, yc);
       } else {
-        auto part = ws.template allocate<T***>("perceiver.logits", b, t1 - t0, Vocab);
-        head_.logits(y, part);
-        Kokkos::parallel_for(
-            "hybridseq::models::PerceiverAr::place_logits",
-            Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {b, t1 - t0, std::int64_t(Vocab)}),
-            KOKKOS_LAMBDA(std::int64_t i, std::int64_t j, std::int64_t v) { logits(i, t0 + j, v) = part(i, j, v); });
+        cross_.prefill(ws, st.cross, xc, yc);
       }
-      st.length += t1 - t0;
-      t0 = t1;
+      if (len < t) core::copy_time<T, Space>(yc, 0, y, t0, len);
+      st.length += len;
+      t0 += len;
     }
+  }
+  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
+    prefill(ws, st, x, y);
   }
 
   State snapshot(const State& st) const {
     State copy{cross_.snapshot(st.cross), {}, st.length, st.window_start};
-    if (body_) copy.latent = core::snapshot(*body_, st.latent);
+    if (latent_) copy.latent = core::snapshot(*latent_, st.latent);
     return copy;
   }
   void restore(State& st, const State& snap) const {
     cross_.restore(st.cross, snap.cross);
-    if (body_) core::restore(*body_, st.latent, snap.latent);
+    if (latent_) core::restore(*latent_, st.latent, snap.latent);
     st.length = snap.length;
     st.window_start = snap.window_start;
   }
 
   template <class Visit>
   void visit_parameters(Visit&& visit) {
-    visit("embed", embed_);
     visit("cross", cross_);
-    if (body_) visit("body", *body_);
-    visit("norm", norm_);
-    visit("head", head_);
+    if (latent_) visit("latent", *latent_);
   }
 
-  int latent_layers() const { return body_ ? body_->size() : 0; }
+  int latent_layers() const { return latent_ ? latent_->size() : 0; }
 
  private:
-  static void check_length(const char* api, std::int64_t n) {
-    if (n < M)
-      fail<config_error>(api, "the sequence length T = ", n, " is shorter than the latents M = ", M,
-                         " (PerceiverAR needs n = history + M)");
-  }
-
-  Tensor<T***, Space> embedded(core::Workspace<Space>& ws, TokenIds<Space> ids) const {
-    auto x = ws.template allocate<T***>("perceiver.x", ids.extent(0), ids.extent(1), d_model);
-    typename Embed::Saved saved;
-    embed_.forward(ws, ids, x, saved);
-    return x;
-  }
   void start_window(State& st, int batch) const {
     st.window_start = st.length;
-    if (body_) st.latent = core::make_state(*body_, batch);
-  }
-
-  void features(core::Workspace<Space>& ws, TokenIds<Space> ids, Saved& s) const {
-    const auto b = ids.extent(0), n = ids.extent(1);
-    s.x = ws.template allocate<T***>("perceiver.x", b, n, d_model);
-    embed_.forward(ws, ids, s.x, s.embed);
-    s.h = ws.template allocate<T***>("perceiver.h", b, M, d_model);
-    cross_.forward(ws, s.x, s.h, s.cross);
-    s.z = s.h;
-    if (body_) {
-      s.z = ws.template allocate<T***>("perceiver.z", b, M, d_model);
-      body_->forward(ws, s.h, s.z, s.body);
-    }
-    s.y = ws.template allocate<T***>("perceiver.y", b, M, d_model);
-    norm_.forward(ws, s.z, s.y, s.norm);
+    if (latent_) st.latent = core::make_state(*latent_, batch);
   }
 
   Cross cross_;
-  std::optional<body_type> body_;
-  Embed embed_;
-  Norm norm_;
-  Head head_;
+  std::optional<Latent> latent_;
+};
+
+/// The PerceiverAR language model: embedding → PerceiverArBody → LayerNorm → untied head,
+/// logits and loss on the M latent positions (LanguageModel with the body's output_time).
+/// Options::body.latent_layers = L − 1. Requires n ≥ M (config_error naming the call).
+template <int Vocab, PerceiverArShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
+class PerceiverAr : public LanguageModel<Vocab, PerceiverArBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
+  static_assert(Vocab > 0 && S.latents >= 1, "hybridseq::models::PerceiverAr: needs a vocabulary and at least one latent");
+  using Base = LanguageModel<Vocab, PerceiverArBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
+
+ public:
+  using Base::Base;
+  static constexpr int latents = S.latents;
+  static constexpr PerceiverArShape shape = S;
+  using Cross = typename PerceiverArBody<S, T, Space>::Cross;
+  using LatentBlock = typename PerceiverArBody<S, T, Space>::LatentBlock;
 };
 
 }  // namespace hybridseq::models
