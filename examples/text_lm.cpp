@@ -101,8 +101,11 @@ nlohmann::json run(const std::string& name, int layers, const Config& c, const t
   const auto valid = evaluate(model, ws, corpus, tasks::Split::valid, c, plain);
   const auto test = evaluate(model, ws, corpus, tasks::Split::test, c, plain);
   nlohmann::json j{{"arch", name},
+                   {"evaluation", plain == 0 ? "non-overlapping windows of len"
+                                             : "windows of len advancing by the latents M, each scoring its last M targets"},
+                   {"scored_per_window", scored_columns<Model>(c.len)},
                    {"parameters", core::parameter_count(model)},
-                   {"train_tokens", summary.tokens},
+                   {"train_tokens", summary.tokens},  // input tokens (PerceiverAR scores M of every len)
                    {"tokens_per_second", summary.tokens_per_second()},
                    {"seconds", summary.seconds},
                    {"peak_workspace_bytes", ws.peak_bytes()},

@@ -111,7 +111,24 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: PerceiverAR generation past M restarts the laten
         for (int c = 0; c < V; ++c) got[(std::size_t(b) * n + j) * V + c] = p[(std::size_t(b) * (t1 - t0) + j - t0) * V + c];
   };
   decode(0, 2 * M - 1);  // one prefill across the first window boundary
+  const auto snap = model.snapshot(st);
   for (int t = 2 * M - 1; t < n; ++t) decode(t, t + 1);
+  CHECK(st.length == n);
+  CHECK(st.body.window_start == 2 * M);
+  // Restoring the snapshot (taken one token before the second boundary) and replaying in one
+  // chunk across that boundary gives the same logits.
+  const auto stepped = got;
+  model.restore(st, snap);
+  CHECK(st.body.window_start == M);
+  decode(2 * M - 1, n);
+  double replay = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) replay = std::max(replay, std::abs(got[i] - stepped[i]));
+  CHECK(replay <= 1e-12);
+  // A refused call leaves the state as it was.
+  Tensor<std::int32_t**, TestType> wrong_batch("ids", B + 1, 1);
+  Tensor<double***, TestType> wrong_out("out", B + 1, 1, V);
+  check_throws<shape_error>([&] { model.prefill(ws, st, wrong_batch, wrong_out); },
+                            {"hybridseq::models::PerceiverArBody::prefill", "x"});
   CHECK(st.length == n);
   CHECK(st.body.window_start == 2 * M);
   for (int w = 0; w < 3; ++w) {
@@ -138,7 +155,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: lengths the models cannot take fail with the cal
     const std::vector<std::string> parts{"T = 10", "multiple of the segment length m = 4", "pad to 12"};
     auto with = [&](std::string api) {
       auto p = parts;
-      p.push_back("hybridseq::models::LanguageModel::" + api + ": ");
+      p.push_back("hybridseq::models::Ecp::" + api + ": ");
       return p;
     };
     check_throws<config_error>([&] { m.evaluate(ws, ids, targets); }, with("evaluate"));
@@ -152,36 +169,36 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: lengths the models cannot take fail with the cal
     core::Workspace<TestType> ws;
     Tensor<std::int32_t**, TestType> ids("ids", 1, 6), targets("targets", 1, 6);
     check_throws<config_error>([&] { m.evaluate(ws, ids, targets); },
-                               {"hybridseq::models::LanguageModel::evaluate: ", "T = 6", "pad to 8"});
+                               {"hybridseq::models::Ecp::evaluate: ", "T = 6", "pad to 8"});
   }
   {
     cases::PerceiverArTiny<float, TestType> m;
     core::Workspace<TestType> ws;
     Tensor<std::int32_t**, TestType> ids("ids", 2, 3), targets("targets", 2, 3);
     check_throws<config_error>([&] { m.evaluate(ws, ids, targets); },
-                               {"hybridseq::models::LanguageModel::evaluate: ", "T = 3", "latents M = 4"});
+                               {"hybridseq::models::PerceiverAr::evaluate: ", "T = 3", "latents M = 4"});
     Tensor<float***, TestType> logits("logits", 2, 4, cases::ecp_vocab);
     check_throws<config_error>([&] { m.logits(ws, ids, logits); },
-                               {"hybridseq::models::LanguageModel::logits: ", "T = 3", "latents M = 4"});
+                               {"hybridseq::models::PerceiverAr::logits: ", "T = 3", "latents M = 4"});
     Tensor<std::int32_t**, TestType> ids5("ids", 2, 5), wrong("targets", 2, 4);
-    check_throws<shape_error>([&] { m.evaluate(ws, ids5, wrong); }, {"hybridseq::models::LanguageModel::evaluate", "targets"});
+    check_throws<shape_error>([&] { m.evaluate(ws, ids5, wrong); }, {"hybridseq::models::PerceiverAr::evaluate", "targets"});
   }
   {
     cases::SSplitAttentionTiny<float, TestType> m;
     core::Workspace<TestType> ws;
     Tensor<std::int32_t**, TestType> ids("ids", 2, 10), targets("targets", 2, 10);
     check_throws<config_error>([&] { m.evaluate(ws, ids, targets); },
-                               {"hybridseq::models::LanguageModel::evaluate: ", "history T − M = 6 (T = 10, M = 4)",
+                               {"hybridseq::models::DoubleAttentionAr::evaluate: ", "history T − M = 6 (T = 10, M = 4)",
                                 "multiple of the s-Split segment length 4"});
     cases::CompressedDoubleTiny<float, TestType> c;
     check_throws<config_error>([&] { c.evaluate(ws, ids, targets); },
-                               {"hybridseq::models::LanguageModel::evaluate: ", "T = 10",
+                               {"hybridseq::models::CompressedDoubleAttentionAr::evaluate: ", "T = 10",
                                 "history 8 + the latents 4 = 12", "Linear(8 → 2)"});
     cases::DoubleAttentionTiny<float, TestType> d;
     Tensor<std::int32_t**, TestType> short_ids("ids", 2, 3);
     Tensor<float***, TestType> logits("logits", 2, 4, cases::ecp_vocab);
     check_throws<config_error>([&] { d.logits(ws, short_ids, logits); },
-                               {"hybridseq::models::LanguageModel::logits: ", "T = 3", "latents M = 4"});
+                               {"hybridseq::models::DoubleAttentionAr::logits: ", "T = 3", "latents M = 4"});
   }
 }
 

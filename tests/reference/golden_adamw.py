@@ -5,7 +5,6 @@ Tensors: params/w (3,4), params/g (4) initial values; grads/<step>/w, grads/<ste
 gradients fed at each step; after/<step>/w, after/<step>/g the parameters after each step.
 Metadata: lrs (JSON list), betas, eps, weight_decay.
 """
-import json
 import os
 import sys
 
@@ -16,7 +15,7 @@ sys.path.insert(0, HERE)
 
 
 def write_adamw_golden(outdir: str) -> str:
-    from make_golden import canonical_safetensors_bytes  # same byte-stable writer
+    from make_golden import write_golden  # the byte-stable writer every golden uses
 
     g = torch.Generator().manual_seed(2001)
     w = torch.randn(3, 4, generator=g, dtype=torch.float64).float()
@@ -38,14 +37,8 @@ def write_adamw_golden(outdir: str) -> str:
         tensors[f"grads/{step}/w"], tensors[f"grads/{step}/g"] = gw, gg
         tensors[f"after/{step}/w"] = pw.detach().clone()
         tensors[f"after/{step}/g"] = pg.detach().clone()
-    metadata = {"case": "adamw", "generator": "tests/reference/golden_adamw.py", "torch": torch.__version__,
-                "config": json.dumps({"lrs": lrs, "betas": list(betas), "eps": eps, "weight_decay": wd},
-                                     sort_keys=True)}
-    path = os.path.join(outdir, "adamw.safetensors")
-    with open(path, "wb") as f:
-        f.write(canonical_safetensors_bytes(tensors, metadata))
-    return path
-
+    cfg = {"lrs": lrs, "betas": list(betas), "eps": eps, "weight_decay": wd}
+    return write_golden(outdir, "adamw", "tests/reference/golden_adamw.py", tensors, cfg)[0]
 
 if __name__ == "__main__":
     print(write_adamw_golden(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "golden")))

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Golden files of the ECP-paper family: tests/golden/model_{ecp,ecp_faithful,perceiver_ar}.safetensors.
+"""Golden files of the ECP-paper family: tests/golden/model_{ecp,ecp_faithful,perceiver_ar,double_attention,
+ssplit_attention,compressed_double}.safetensors.
 
     pip install torch safetensors numpy
     python3 tests/reference/golden_ecp.py [--out tests/golden]

@@ -192,18 +192,18 @@ def write_mamba_goldens(outdir: str) -> List[str]:
     """Writes every Mamba golden into `outdir`; returns their paths. Without transformers
     installed, the MambaMixer goldens are skipped with a note (the committed files stay)."""
     os.makedirs(outdir, exist_ok=True)
-    torch.set_num_threads(1)  # order-stable float64 reductions
     try:
         import transformers  # noqa: F401
         have_hf = True
     except ImportError:
         have_hf = False
     paths = []
-    for case in CASES:
-        if case[-1] == "transformers" and not have_hf:
-            print(f"note: transformers is not installed; skipping {case[0]}.safetensors")
-            continue
-        paths.append(write_case(outdir, *case))
+    with make_golden.single_threaded():
+        for case in CASES:
+            if case[-1] == "transformers" and not have_hf:
+                print(f"note: transformers is not installed; skipping {case[0]}.safetensors")
+                continue
+            paths.append(write_case(outdir, *case))
     return paths
 
 

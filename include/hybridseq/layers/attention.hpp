@@ -236,6 +236,7 @@ class Attention {
         s.lse.data(), alpha_.data(), b, t, p + t, p, S.heads, S.kv_heads, S.head_dim};
     kernels::attention::forward<Scheme, T>(exec, args);
     merge_and_project(ws, s, y);
+    state.length = p + t;
   }
 
   /// Appends x (B, T, D) to the KV cache without computing outputs: positions whose keys and
@@ -244,6 +245,7 @@ class Attention {
     core::WorkspaceScope scope(ws);
     Saved s;
     extend_cache(ws, state, x, s, "hybridseq::layers::Attention::append");
+    state.length += std::int64_t(x.extent(1));
   }
 
   /// One token: x, y (B, 1, D).
@@ -302,7 +304,8 @@ class Attention {
   }
 
   /// Decoding: projects x (B, T, D) at positions state.length.. into s.qkv (RoPE, normalised)
-  /// and appends its keys and values to the cache.
+  /// and writes its keys and values into the cache after them; the caller advances
+  /// state.length once nothing else can fail.
   void extend_cache(core::Workspace<Space>& ws, State& state, Tensor<const T***, Space> x, Saved& s,
                     const char* api) const {
     static_assert(Scheme::decodable, "hybridseq::layers::Attention: this segment scheme cannot be decoded token by "
@@ -316,7 +319,6 @@ class Attention {
     wqkv_.forward(ws, x, s.qkv, s.qkv_in);
     position_heads(ws, s.qkv, p, s);
     append_to_cache(state, s.qkv, p, t);
-    state.length = p + t;
   }
 
   /// RoPE at positions offset.., then cosine normalisation, on the q and k heads of qkv.

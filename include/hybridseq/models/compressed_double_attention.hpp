@@ -21,7 +21,6 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <string_view>
 
 #include "../compose/repeat.hpp"
@@ -31,10 +30,8 @@
 #include "../core/time_slice.hpp"
 #include "../core/workspace.hpp"
 #include "../kernels/gemm.hpp"
-#include "../layers/embedding.hpp"
 #include "../layers/ffn.hpp"
 #include "../layers/layer_norm.hpp"
-#include "../layers/lm_head_loss.hpp"
 #include "double_attention.hpp"
 #include "language_model.hpp"
 #include "pre_norm_block.hpp"
@@ -281,6 +278,8 @@ class CompressedDoubleBody {
     if (o.later_layers > 0) layers_.emplace(typename Layers::Options{o.later_layers, o.block});
   }
 
+  static constexpr const char* model_name = "hybridseq::models::CompressedDoubleAttentionAr";
+  static constexpr int latents = M;
   static constexpr std::int64_t output_time(std::int64_t) { return M; }
   static void check_length(std::string_view api, std::int64_t n) { First::check_length(api, n); }
 

@@ -21,14 +21,13 @@
 ///
 /// Clean form: separate Q, K, V (fused), RoPE over the whole head in every layer. The reference
 /// code's shared K/V projection with a K/V LayerNorm, and (s-Split) RoPE in layer 1 only, are
-/// not reproduced. Not provided: the Compressed Double Attention variant, and decoding.
+/// not reproduced. Compressed Double Attention (compressed_double_attention.hpp) builds on this.
+/// No decoding: history queries see later history positions.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string_view>
-#include <optional>
-#include <string>
 #include <type_traits>
 
 #include "../compose/repeat.hpp"
@@ -39,11 +38,9 @@
 #include "../kernels/attention/tiled_attention.hpp"
 #include "../kernels/rope.hpp"
 #include "../layers/attention.hpp"
-#include "../layers/embedding.hpp"
 #include "../layers/ffn.hpp"
 #include "../layers/layer_norm.hpp"
 #include "../layers/linear.hpp"
-#include "../layers/lm_head_loss.hpp"
 #include "language_model.hpp"
 #include "pre_norm_block.hpp"
 
@@ -272,6 +269,8 @@ class DoubleAttentionBody {
 
   explicit DoubleAttentionBody(const Options& o = {}) : blocks_(o) {}
 
+  static constexpr const char* model_name = "hybridseq::models::DoubleAttentionAr";
+  static constexpr int latents = M;
   static constexpr std::int64_t output_time(std::int64_t) { return M; }
   static void check_length(std::string_view api, std::int64_t n) { Attn::check_length(api, n); }
 
@@ -295,6 +294,7 @@ class DoubleAttentionBody {
     blocks_.visit_parameters(visit);
   }
   Blocks& blocks() { return blocks_; }
+  const Blocks& blocks() const { return blocks_; }
 
  private:
   Blocks blocks_;
@@ -308,7 +308,8 @@ class DoubleAttentionBody {
 /// Loss: mean cross-entropy of the last M targets (targets (B, n); the history's are ignored).
 /// `logits` gives (B, M, V). Options::body.count = L; parameters `body.<i>.*`.
 ///
-/// Requires: n ≥ M and, for s-Split, n − M a multiple of S (config_error naming the call).
+/// Requires: n ≥ M and, for s-Split, n − M a multiple of S (config_error naming
+/// hybridseq::models::DoubleAttentionAr::<call>).
 template <int Vocab, DoubleAttentionShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class DoubleAttentionAr
     : public LanguageModel<Vocab, DoubleAttentionBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {

@@ -466,6 +466,7 @@ template <EcpShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class EcpBody : public compose::Repeat<EcpBlock<S, T, Space>> {
  public:
   using compose::Repeat<EcpBlock<S, T, Space>>::Repeat;
+  static constexpr const char* model_name = "hybridseq::models::Ecp";
 
   static void check_length(std::string_view api, std::int64_t t) {
     if (t % S.segment != 0 || t == 0)

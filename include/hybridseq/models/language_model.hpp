@@ -5,7 +5,9 @@
 /// is a LanguageModel over a different Body, so training, evaluation, decoding, checkpoints
 /// and the ablation tool handle them all through this one interface.
 ///
-///   ids (B, T) → x = E[ids] (B, T, D) → h = Body(x) → y = FinalNorm(h) → logits = y Wᵀ (B, T, V)
+///   ids (B, T) → x = E[ids] (B, T, D) → h = Body(x) → y = FinalNorm(h) → logits = y Wᵀ (B, R, V)
+///
+/// with R = T, or R = logit_time(T) for bodies that return only their last rows (below).
 ///
 /// The loss is the mean cross-entropy over targets ≠ ignore_index (−100): tasks mark
 /// unsupervised (<null>) positions that way, so they count in neither loss nor gradient.
@@ -16,11 +18,14 @@
 ///                                 are (B, output_time(n), V) and the loss scores the targets
 ///                                 of those last columns only (the history's are ignored);
 ///   Body::check_length(api, n)    refuses sequence lengths the body cannot take, before any
-///                                 work, naming the model's call.
+///                                 work; errors name "<Body::model_name>::<call>" (e.g.
+///                                 hybridseq::models::PerceiverAr::evaluate) when the body
+///                                 gives its model's name.
 /// A body that can take history without producing rows (`absorb`) gets `absorb` here too.
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "../core/check.hpp"
@@ -81,7 +86,7 @@ class LanguageModel {
   /// Mean loss over supervised targets; fills `s` for backward. ids, targets (B, T).
   T forward(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
             Saved& s) const {
-    return loss(ws, ids, targets, s, "hybridseq::models::LanguageModel::forward");
+    return loss(ws, ids, targets, s, api_of("forward"));
   }
 
   /// Accumulates every parameter gradient of dloss · loss.
@@ -105,7 +110,7 @@ class LanguageModel {
     static_assert(core::require_trainable_branch<Body>());
     core::WorkspaceScope scope(ws);
     Saved s;
-    const T value = loss(ws, ids, targets, s, "hybridseq::models::LanguageModel::train_step");
+    const T value = loss(ws, ids, targets, s, api_of("train_step"));
     backward(ws, s, dloss);
     return value;
   }
@@ -114,14 +119,14 @@ class LanguageModel {
   T evaluate(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets) const {
     core::WorkspaceScope scope(ws);
     Saved s;
-    return loss(ws, ids, targets, s, "hybridseq::models::LanguageModel::evaluate");
+    return loss(ws, ids, targets, s, api_of("evaluate"));
   }
 
   /// logits (B, logit_time(T), V) of the full (teacher-forced) forward.
   void logits(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<T***, Space> out) const {
-    constexpr const char* api = "hybridseq::models::LanguageModel::logits";
+    const std::string api = api_of("logits");
     check_length(api, ids.extent(1));
-    core::check_shape(api, "logits", out, core::dim(ids.extent(0)), core::dim(logit_time(ids.extent(1))),
+    core::check_shape(api, "out", out, core::dim(ids.extent(0)), core::dim(logit_time(ids.extent(1))),
                       core::dim(Vocab));
     core::WorkspaceScope scope(ws);
     Saved s;
@@ -197,12 +202,19 @@ class LanguageModel {
   const Body& body() const { return body_; }
 
  private:
-  static void check_length(const char* api, std::int64_t t) {
+  /// "<model>::<op>" for error messages: the body's model_name (e.g. "hybridseq::models::Ecp"),
+  /// or "hybridseq::models::LanguageModel".
+  static std::string api_of(const char* op) {
+    if constexpr (requires { Body::model_name; }) return std::string(Body::model_name) + "::" + op;
+    else return std::string("hybridseq::models::LanguageModel::") + op;
+  }
+
+  static void check_length(std::string_view api, std::int64_t t) {
     if constexpr (requires { Body::check_length(api, t); }) Body::check_length(api, t);
   }
 
   T loss(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets, Saved& s,
-         const char* api) const {
+         const std::string& api) const {
     check_length(api, ids.extent(1));
     const std::int64_t b = ids.extent(0), t = ids.extent(1), r = logit_time(t);
     if (r == t) {

@@ -24,7 +24,8 @@
 ///                  the next token starts a new latent window.
 ///   prefill(ids)   consumes tokens as latents and writes their logits. When a window holds M
 ///                  latents, the next token starts a new one (the latent caches restart, layer
-///                  1 keeps everything), so generation runs on indefinitely.
+///                  1 keeps everything), so generation goes on until layer 1's cache is full
+///                  (Options::body.cross.attention.max_cache positions, 4096 by default).
 /// A token at position p in the window starting at s gets exactly the logits the full forward
 /// gives row p − s for the input x[0, s + M) (latent p sees only inputs ≤ p): with
 /// absorb(x[0, n − M)) and then prefill/steps over x[n − M, n), decoding equals forward(x).
@@ -32,7 +33,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <string_view>
 
 #include "../compose/repeat.hpp"
@@ -42,10 +42,8 @@
 #include "../core/time_slice.hpp"
 #include "../core/workspace.hpp"
 #include "../layers/attention.hpp"
-#include "../layers/embedding.hpp"
 #include "../layers/ffn.hpp"
 #include "../layers/layer_norm.hpp"
-#include "../layers/lm_head_loss.hpp"
 #include "language_model.hpp"
 #include "pre_norm_block.hpp"
 
@@ -232,6 +230,7 @@ class PerceiverArBody {
     if (o.latent_layers > 0) latent_.emplace(typename Latent::Options{o.latent_layers, block});
   }
 
+  static constexpr const char* model_name = "hybridseq::models::PerceiverAr";
   /// The M latents are the last M of n positions.
   static constexpr std::int64_t output_time(std::int64_t) { return M; }
   static void check_length(std::string_view api, std::int64_t n) {
@@ -273,6 +272,7 @@ class PerceiverArBody {
 
   /// History x (B, t, D): layer-1 keys/values only; the next position starts a new window.
   void absorb(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x) const {
+    check_room(st, x, "hybridseq::models::PerceiverArBody::absorb");
     cross_.absorb(ws, st.cross, x);
     st.length += std::int64_t(x.extent(1));
     start_window(st, int(x.extent(0)));
@@ -280,6 +280,7 @@ class PerceiverArBody {
 
   /// Latents x (B, t, D) → y (B, t, D), starting a new window whenever the current holds M.
   void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
+    check_room(st, x, "hybridseq::models::PerceiverArBody::prefill");
     const std::int64_t b = x.extent(0), t = x.extent(1);
     for (std::int64_t t0 = 0; t0 < t;) {
       if (st.length - st.window_start == M) start_window(st, int(b));
@@ -330,6 +331,16 @@ class PerceiverArBody {
   int latent_layers() const { return latent_ ? latent_->size() : 0; }
 
  private:
+  /// Checks the batch and layer 1's cache before any state changes, so that a refused call
+  /// leaves the state as it was.
+  static void check_room(const State& st, Tensor<const T***, Space> x, const char* api) {
+    const std::int64_t batch = st.cross.k.extent(0), capacity = st.cross.k.extent(1);
+    core::check_shape(api, "x", x, core::dim(batch), core::T, core::dim(S.d_model));
+    if (st.length + std::int64_t(x.extent(1)) > capacity)
+      fail<config_error>(api, "layer 1's cache holds ", capacity, " positions; ", st.length, " used + ", x.extent(1),
+                         " new exceeds it (raise Options::body.cross.attention.max_cache)");
+  }
+
   void start_window(State& st, int batch) const {
     st.window_start = st.length;
     if (latent_) st.latent = core::make_state(*latent_, batch);
@@ -341,7 +352,8 @@ class PerceiverArBody {
 
 /// The PerceiverAR language model: embedding → PerceiverArBody → LayerNorm → untied head,
 /// logits and loss on the M latent positions (LanguageModel with the body's output_time).
-/// Options::body.latent_layers = L − 1. Requires n ≥ M (config_error naming the call).
+/// Options::body.latent_layers = L − 1. Requires n ≥ M (config_error naming
+/// hybridseq::models::PerceiverAr::<call>).
 template <int Vocab, PerceiverArShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class PerceiverAr : public LanguageModel<Vocab, PerceiverArBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
   static_assert(Vocab > 0 && S.latents >= 1, "hybridseq::models::PerceiverAr: needs a vocabulary and at least one latent");

@@ -73,6 +73,8 @@ struct PerceiverCross {
   static constexpr int latents = M;
   // Decoding: each new position is a latent query that sees every earlier key, i.e. causal
   // over the cache (the history is appended without queries: layers::Attention::append).
+  // So a decoded Attention<PerceiverCross<M>> returns a row per new position, where its
+  // forward returns only the last M rows; models::PerceiverArBody drives it that way.
   static constexpr bool decodable = true;
   KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_begin(std::int64_t, std::int64_t) { return 0; }
   KOKKOS_INLINE_FUNCTION static constexpr std::int64_t key_end(std::int64_t t, std::int64_t) { return t + 1; }
