@@ -11,8 +11,12 @@ if(NOT Kokkos_FOUND OR Kokkos_INCLUDE_DIRS MATCHES "trilinos")
   find_package(KokkosDebian REQUIRED)
 endif()
 
-find_dependency(Eigen3 3.3 NO_MODULE)
+# Eigen 3.4: Eigen::bfloat16 (io/safetensors.hpp) first appeared there.
+find_dependency(Eigen3 3.4 NO_MODULE)
 find_dependency(Boost 1.74)
+# nlohmann-json (Debian nlohmann-json3-dev): the safetensors header in io/. 3.9 brought
+# ordered_json, which the writer needs for the reference field order.
+find_dependency(nlohmann_json 3.9)
 # The host GEMM backend, as target hybridseq::blas.
 # When Kokkos runs on OpenMP, OpenBLAS must share OpenMP's thread pool: the pthread build's
 # threads compete with Kokkos' OpenMP threads, which spin after each parallel region, and

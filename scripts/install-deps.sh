@@ -5,14 +5,14 @@ set -euo pipefail
 
 packages=(
   cmake g++ make
-  libeigen3-dev          # Eigen 3.4: host GEMM fallback and small dense maths
-  libboost-dev           # Boost.Hana, Boost.Mp11, Boost.PropertyTree (safetensors header)
+  libeigen3-dev          # Eigen 3.4: host GEMM fallback, small dense maths, half/bfloat16 (io/)
+  libboost-dev           # Boost.Hana
   catch2                 # Catch2 v2.13 unit tests
   libbenchmark-dev       # Google Benchmark: hybridseq-bench
   libopenblas-dev        # the host GEMM backend (cblas.h, pthread flavour)
   libopenblas0-openmp    # OpenBLAS sharing Kokkos' OpenMP thread pool
   libcli11-dev           # command-line parsing for examples and tools
-  nlohmann-json3-dev     # JSON results of hybridseq-ablate
+  nlohmann-json3-dev     # the safetensors header (io/), JSON results of the examples
   dpkg-dev               # apt-get source needs dpkg-source to exist
   xz-utils
 )

@@ -2,22 +2,24 @@
 // interoperability with the Python safetensors library (both directions, via committed
 // goldens from tests/reference/golden_io.py) and every refusal of a malformed file.
 
+#include <catch2/catch.hpp>
+
 #include <array>
 #include <atomic>
 #include <bit>
-#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <hybridseq/io/safetensors.hpp>
 #include <iterator>
 #include <limits>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <hybridseq/io/safetensors.hpp>
 
 #ifndef HYBRIDSEQ_GOLDEN_DIR
 // The build defines it as a string literal: the absolute path of tests/golden.
@@ -38,8 +40,7 @@ class TempDir {
   TempDir() {
     static std::atomic<unsigned> counter{0};
     std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("hybridseq_io_test_" + std::to_string(rd()) + "_" + std::to_string(counter++));
+    path_ = fs::temp_directory_path() / ("hybridseq_io_test_" + std::to_string(rd()) + "_" + std::to_string(counter++));
     fs::create_directories(path_);
   }
   ~TempDir() {
@@ -71,8 +72,7 @@ void write_bytes(const fs::path& p, const std::string& bytes) {
 /// The 8-byte little-endian length prefix.
 std::string length_prefix(std::uint64_t n) {
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i)
-    out[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
   return out;
 }
 
@@ -118,8 +118,7 @@ void check_interop(const SafetensorsFile& f) {
   CHECK(f.metadata() == std::map<std::string, std::string>{{"format", "pt"}});
   std::vector<std::string> names;
   for (const auto& t : f.tensors()) names.push_back(t.name);
-  CHECK(names ==
-        std::vector<std::string>{"a_f32", "b_f64", "c_f16", "d_bf16", "e_i64", "f_scalar"});
+  CHECK(names == std::vector<std::string>{"a_f32", "b_f64", "c_f16", "d_bf16", "e_i64", "f_scalar"});
 
   CHECK(f.info("a_f32").dtype == Dtype::F32);
   CHECK(f.read<float>("a_f32", {2, 3}) == std::vector<float>{-1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 1.5f});
@@ -166,8 +165,8 @@ TEST_CASE("safetensors: every dtype round-trips, including 0-d and empty tensors
                                std::numeric_limits<float>::denorm_min(),
                                std::numeric_limits<float>::infinity(),
                                -3.25f};
-  const std::vector<double> f64{std::numeric_limits<double>::lowest(), 0.1,
-                                std::numeric_limits<double>::denorm_min(), 2.0};
+  const std::vector<double> f64{std::numeric_limits<double>::lowest(), 0.1, std::numeric_limits<double>::denorm_min(),
+                                2.0};
   const std::vector<std::int32_t> i32{std::numeric_limits<std::int32_t>::min(), -1, 0,
                                       std::numeric_limits<std::int32_t>::max()};
   const std::vector<std::int64_t> i64{std::numeric_limits<std::int64_t>::min(),
@@ -252,10 +251,9 @@ TEST_CASE("safetensors: output is deterministic and independent of insertion ord
   b.add<float>("x", std::vector<float>{1, 2}, {2});
   CHECK(a.serialize() == b.serialize());
   const std::string bytes = a.serialize();
-  const std::string header =
-      R"({"__metadata__":{"k1":"v1","k2":"v2"},)"
-      R"("a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
-      R"("x":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
+  const std::string header = R"({"__metadata__":{"k1":"v1","k2":"v2"},)"
+                             R"("a":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
+                             R"("x":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
   CHECK(bytes.substr(8, header.size()) == header);
 }
 
@@ -301,9 +299,9 @@ TEST_CASE("safetensors: F16 and BF16 conversions of known bit patterns", "[io][h
     CHECK(float_to_half(std::ldexp(1.0f, -24)) == 0x0001);
     CHECK(float_to_half(std::ldexp(1.0f, -25)) == 0x0000);  // tie between 0 and 2^-24 -> 0
     CHECK(float_to_half(std::ldexp(1.5f, -25)) == 0x0001);
-    CHECK(float_to_half(std::ldexp(3.0f, -25)) == 0x0002);         // 1.5 ulp: tie -> even (2)
-    CHECK(float_to_half(std::ldexp(1023.5f, -24)) == 0x0400);      // subnormal rounds up to normal
-    CHECK(float_to_half(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);  // tie -> even
+    CHECK(float_to_half(std::ldexp(3.0f, -25)) == 0x0002);             // 1.5 ulp: tie -> even (2)
+    CHECK(float_to_half(std::ldexp(1023.5f, -24)) == 0x0400);          // subnormal rounds up to normal
+    CHECK(float_to_half(1.0f + std::ldexp(1.0f, -11)) == 0x3C00);      // tie -> even
     CHECK(float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)) == 0x3C02);  // tie -> even (up)
     CHECK(float_to_half(inf) == 0x7C00);
     CHECK(float_to_half(-inf) == 0xFC00);
@@ -383,8 +381,7 @@ TEST_CASE("safetensors: reads the file written by the Python library", "[io][hos
   CHECK(f.info("e_i64").begin == 0);
 }
 
-TEST_CASE("safetensors: the writer reproduces the committed C++ golden byte for byte",
-          "[io][host]") {
+TEST_CASE("safetensors: the writer reproduces the committed C++ golden byte for byte", "[io][host]") {
   // io_cpp_written.safetensors is checked by tests/reference/golden_io.py check_cpp_written
   // with the Python library, so equality here means Python reads what this writer writes.
   TempDir dir;
@@ -394,6 +391,23 @@ TEST_CASE("safetensors: the writer reproduces the committed C++ golden byte for 
   CHECK(read_bytes(p) == read_bytes(golden));
   CHECK(interop_writer().serialize() == read_bytes(golden));
   check_interop(SafetensorsFile::open(p));
+}
+
+TEST_CASE("safetensors: reads any field order, whitespace and string escapes", "[io][host]") {
+  TempDir dir;
+  const fs::path p = dir.file("hand_written.safetensors");
+  const std::string header =
+      "{ \"__metadata__\" : { \"k\\u00e9\" : \"v\\n\" },\n"
+      "  \"t\\u0000\\\"\" : { \"data_offsets\" : [ 0 , 4 ] , \"shape\" : [ ] , \"dtype\" : \"I32\" } }\t ";
+  std::string data(4, '\0');
+  data[0] = 7;
+  write_bytes(p, make_file(header, 0) + data);
+  const SafetensorsFile f = SafetensorsFile::open(p);
+  CHECK(f.metadata() == std::map<std::string, std::string>{{"k\xc3\xa9", "v\n"}});
+  const std::string name("t\0\"", 3);
+  REQUIRE(f.contains(name));
+  CHECK(f.info(name).shape.empty());
+  CHECK(f.read<std::int32_t>(name) == std::vector<std::int32_t>{7});
 }
 
 // -------------------------------------------------------------------------------------------
@@ -415,11 +429,9 @@ TEST_CASE("safetensors: refuses a file shorter than 8 bytes", "[io][host]") {
 
 TEST_CASE("safetensors: refuses an oversized header length", "[io][host]") {
   TempDir dir;
-  CHECK_THAT(open_error(dir, length_prefix(1000) + "{}"),
-             Contains("header length 1000 exceeds the 2 bytes"));
+  CHECK_THAT(open_error(dir, length_prefix(1000) + "{}"), Contains("header length 1000 exceeds the 2 bytes"));
   // A length whose + 8 would overflow must not wrap around.
-  CHECK_THAT(open_error(dir, length_prefix(~std::uint64_t{0}) + "{}"),
-             Contains("header length 18446744073709551615"));
+  CHECK_THAT(open_error(dir, length_prefix(~std::uint64_t{0}) + "{}"), Contains("header length 18446744073709551615"));
   // Cutting into the header also shows up as an oversized length.
   std::string bytes = interop_writer().serialize();
   bytes.resize(40);
@@ -432,54 +444,66 @@ TEST_CASE("safetensors: refuses a header that is not valid JSON", "[io][host]") 
   CHECK_THAT(open_error(dir, make_file(R"({"a": 1} x)", 0)), Contains("not valid JSON"));
   CHECK_THAT(open_error(dir, make_file("", 0)), Contains("not valid JSON"));
   CHECK_THAT(open_error(dir, make_file("{\"a\xff\": 1}", 0)), Contains("not valid JSON"));
-  CHECK_THAT(open_error(dir, make_file(std::string(100000, '['), 0)),
-             Contains("nesting depth 100000"));
+  CHECK_THAT(open_error(dir, make_file(R"({"a": 1,})", 0)), Contains("not valid JSON"));  // trailing comma
+  CHECK_THAT(open_error(dir, make_file(R"({'a': 1})", 0)), Contains("not valid JSON"));
+  CHECK_THAT(open_error(dir, make_file(R"({"a": 1 /* comment */})", 0)), Contains("not valid JSON"));
+  CHECK_THAT(open_error(dir, make_file(std::string("{\"a\0\": 1}", 9), 0)), Contains("not valid JSON"));
+  CHECK_THAT(open_error(dir, make_file(R"({"\ud800": 1})", 0)), Contains("not valid JSON"));  // lone surrogate
+  CHECK_THAT(open_error(dir, make_file(R"({"a": 1e999})", 0)), Contains("not valid JSON: number overflow"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[01],"data_offsets":[0,4]}})", 4)),
+             Contains("not valid JSON"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})", 4)),
+             Contains("not valid JSON: parse error at line 1"));  // truncated
+}
+
+TEST_CASE("safetensors: refuses JSON nested deeper than 64 levels", "[io][host]") {
+  TempDir dir;
+  // 64 levels parse (and are then refused for not being an object); 65 are refused while parsing.
+  CHECK_THAT(open_error(dir, make_file(std::string(64, '[') + std::string(64, ']'), 0)),
+             Contains("not a JSON object (it is an array)"));
+  CHECK_THAT(open_error(dir, make_file(std::string(65, '[') + std::string(65, ']'), 0)),
+             Contains("JSON nesting deeper than 64 levels"));
+  // A megabyte of '[' is refused at the 65th, before the parser has built anything big.
+  CHECK_THAT(open_error(dir, make_file(std::string(1 << 20, '['), 0)), Contains("JSON nesting deeper than 64 levels"));
+  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"k":)" + std::string(100, '['), 0)),
+             Contains("JSON nesting deeper than 64 levels"));
 }
 
 TEST_CASE("safetensors: refuses a header that is not an object", "[io][host]") {
   TempDir dir;
-  CHECK_THAT(open_error(dir, make_file("[1,2]", 0)),
-             Contains("not a JSON object (it is an array)"));
+  CHECK_THAT(open_error(dir, make_file("[1,2]", 0)), Contains("not a JSON object (it is an array)"));
   CHECK_THAT(open_error(dir, make_file(R"("text")", 0)), Contains("not a JSON object"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t": [1]})", 0)),
-             Contains("tensor \"t\": entry must be an object"));
+  CHECK_THAT(open_error(dir, make_file("null", 0)), Contains("not a JSON object (it is null)"));
+  CHECK_THAT(open_error(dir, make_file("true", 0)), Contains("not a JSON object (it is a boolean)"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t": [1]})", 0)), Contains("tensor \"t\": entry must be an object"));
 }
 
 TEST_CASE("safetensors: refuses an unknown dtype", "[io][host]") {
   TempDir dir;
-  CHECK_THAT(
-      open_error(dir, make_file(R"({"t":{"dtype":"Q8","shape":[1],"data_offsets":[0,1]}})", 1)),
-      Contains("unknown or unsupported dtype \"Q8\""));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"Q8","shape":[1],"data_offsets":[0,1]}})", 1)),
+             Contains("unknown or unsupported dtype \"Q8\""));
   // Valid in safetensors but not supported here.
-  CHECK_THAT(
-      open_error(dir, make_file(R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1)),
-      Contains("\"U8\""));
-  CHECK_THAT(
-      open_error(dir, make_file(R"({"t":{"dtype":32,"shape":[1],"data_offsets":[0,4]}})", 4)),
-      Contains("unknown or unsupported dtype 32"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1)),
+             Contains("\"U8\""));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":32,"shape":[1],"data_offsets":[0,4]}})", 4)),
+             Contains("unknown or unsupported dtype 32"));
 }
 
 TEST_CASE("safetensors: refuses missing, unknown and duplicate tensor fields", "[io][host]") {
   TempDir dir;
   CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1]}})", 4)),
              Contains("missing field \"data_offsets\""));
-  CHECK_THAT(
-      open_error(dir,
-                 make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4)),
-      Contains("unknown field \"x\""));
-  CHECK_THAT(
-      open_error(
-          dir,
-          make_file(R"({"t":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4)),
-      Contains("duplicate field \"dtype\""));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4)),
+             Contains("unknown field \"x\""));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4)),
+             Contains("duplicate field \"dtype\""));
 }
 
 TEST_CASE("safetensors: refuses overlapping offsets", "[io][host]") {
   TempDir dir;
   const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                              R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
-  CHECK_THAT(open_error(dir, make_file(header, 12)),
-             Contains("tensors \"a\" [0,8] and \"b\" [4,12] overlap"));
+  CHECK_THAT(open_error(dir, make_file(header, 12)), Contains("tensors \"a\" [0,8] and \"b\" [4,12] overlap"));
   // Two tensors sharing the same bytes.
   const std::string same = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                            R"("b":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})";
@@ -492,54 +516,50 @@ TEST_CASE("safetensors: refuses gaps in the data buffer", "[io][host]") {
                               R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})";
   CHECK_THAT(open_error(dir, make_file(between, 12)),
              Contains("gap in the data buffer: bytes [4,8) between \"a\" and \"b\""));
-  CHECK_THAT(
-      open_error(dir, make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8)),
-      Contains("first tensor \"a\" begins at byte 4"));
-  CHECK_THAT(
-      open_error(dir, make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 6)),
-      Contains("the tensors end at byte 4 but the data buffer has 6 bytes"));
+  CHECK_THAT(open_error(dir, make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8)),
+             Contains("first tensor \"a\" begins at byte 4"));
+  CHECK_THAT(open_error(dir, make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 6)),
+             Contains("the tensors end at byte 4 but the data buffer has 6 bytes"));
   CHECK_THAT(open_error(dir, make_file("{}", 1)), Contains("gap"));
 }
 
 TEST_CASE("safetensors: refuses offsets that do not match shape x dtype size", "[io][host]") {
   TempDir dir;
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20)),
+             Contains("[0,20] span 20 bytes, which does not match shape (2,3) x F32 (6 x 4 = 24 bytes)"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"BF16","shape":[],"data_offsets":[0,4]}})", 4)),
+             Contains("shape () x BF16 (1 x 2 = 2 bytes)"));
   CHECK_THAT(
-      open_error(dir,
-                 make_file(R"({"t":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20)),
-      Contains("[0,20] span 20 bytes, which does not match shape (2,3) x F32 (6 x 4 = 24 bytes)"));
-  CHECK_THAT(
-      open_error(dir, make_file(R"({"t":{"dtype":"BF16","shape":[],"data_offsets":[0,4]}})", 4)),
-      Contains("shape () x BF16 (1 x 2 = 2 bytes)"));
-  CHECK_THAT(
-      open_error(
-          dir,
-          make_file(R"({"t":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
-                    8)),
+      open_error(dir, make_file(R"({"t":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8)),
       Contains("too many elements"));
 }
 
 TEST_CASE("safetensors: refuses bad data_offsets", "[io][host]") {
   TempDir dir;
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 8)),
+             Contains("data_offsets [8,4] are not ordered"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4]}})", 4)),
+             Contains("two integers [begin, end], but it has 1 entries"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":{"a":0}}})", 4)),
+             Contains("but it is an object"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,"4"]}})", 4)),
+             Contains("data_offsets [0,\"4\"] are not two non-negative integers"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[-0,4]}})", 4)),
+             Contains("data_offsets [-0,4] are not two non-negative integers"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", 4)),
+             Contains("data_offsets [-4,0] are not two non-negative integers"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4.0]}})", 4)),
+             Contains("data_offsets [0,4.0 (read as floating point)] are not two non-negative integers"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":null}})", 4)),
+             Contains("but it is null"));
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[]}})", 4)),
+             Contains("but it has 0 entries"));
+  // The largest u64 is a valid offset, so this fails the size check, not the integer check.
   CHECK_THAT(
-      open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 8)),
-      Contains("data_offsets [8,4] are not ordered"));
+      open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551615]}})", 4)),
+      Contains("data_offsets [0,18446744073709551615] span 18446744073709551615 bytes"));
   CHECK_THAT(
-      open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4]}})", 4)),
-      Contains("two integers [begin, end], but it has 1 entries"));
-  CHECK_THAT(
-      open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":{"a":0}}})", 4)),
-      Contains("but it is an object"));
-  CHECK_THAT(
-      open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,"4"]}})", 4)),
-      Contains("data_offsets [0,\"4\"] are not two non-negative integers"));
-  CHECK_THAT(
-      open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[-0,4]}})", 4)),
-      Contains("not two non-negative integers"));
-  CHECK_THAT(
-      open_error(
-          dir,
-          make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,99999999999999999999]}})",
-                    4)),
+      open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,99999999999999999999]}})", 4)),
       Contains("not two non-negative integers"));
 }
 
@@ -552,6 +572,13 @@ TEST_CASE("safetensors: refuses duplicate names", "[io][host]") {
              Contains("duplicate entry \"__metadata__\""));
   CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"k":"1","k":"2"}})", 0)),
              Contains("duplicate key \"k\" in __metadata__"));
+  // Deeper objects (never valid in a header) and objects inside arrays: the key is named.
+  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":{"a":1,"a":2},"data_offsets":[0,4]}})", 4)),
+             Contains("duplicate key \"a\" in the header"));
+  CHECK_THAT(open_error(dir, make_file(R"([{"a":1,"a":2}])", 0)), Contains("duplicate key \"a\" in the header"));
+  // Equal keys in different objects are not duplicates.
+  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"a":"x"},"a":{"a":1}})", 0)),
+             Contains("tensor \"a\": unknown field \"a\""));
 }
 
 TEST_CASE("safetensors: refuses shape entries that are not non-negative integers", "[io][host]") {
@@ -559,17 +586,20 @@ TEST_CASE("safetensors: refuses shape entries that are not non-negative integers
   auto with_shape = [](const std::string& shape) {
     return make_file(R"({"t":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":[0,4]}})", 4);
   };
-  CHECK_THAT(open_error(dir, with_shape("[-1]")),
-             Contains("shape entry 0 is -1, not a non-negative integer"));
+  CHECK_THAT(open_error(dir, with_shape("[-1]")), Contains("shape entry 0 is -1, not a non-negative integer"));
   CHECK_THAT(open_error(dir, with_shape("[1.5]")), Contains("shape entry 0 is 1.5"));
   CHECK_THAT(open_error(dir, with_shape("[1.0]")), Contains("shape entry 0 is 1.0"));
-  CHECK_THAT(open_error(dir, with_shape("[1e0]")), Contains("shape entry 0 is 1e0"));
+  CHECK_THAT(open_error(dir, with_shape("[1e0]")), Contains("shape entry 0 is 1.0 (read as floating point)"));
   CHECK_THAT(open_error(dir, with_shape(R"([1,"1"])")), Contains("shape entry 1 is \"1\""));
   CHECK_THAT(open_error(dir, with_shape("[true]")), Contains("shape entry 0 is true"));
   CHECK_THAT(open_error(dir, with_shape("[[1]]")), Contains("shape entry 0 is an array"));
   CHECK_THAT(open_error(dir, with_shape("[99999999999999999999]")),
-             Contains("shape entry 0 is 99999999999999999999"));
-  // ptree would store {} and "" like an empty array: the recorded kinds tell them apart.
+             Contains("shape entry 0 is 1e+20 (read as floating point)"));
+  // Fits a u64 but not an int64.
+  CHECK_THAT(open_error(dir, with_shape("[9223372036854775808]")),
+             Contains("shape entry 0 is 9223372036854775808, not a non-negative integer"));
+  CHECK_THAT(open_error(dir, with_shape("[-0]")), Contains("shape entry 0 is -0"));
+  CHECK_THAT(open_error(dir, with_shape("[null]")), Contains("shape entry 0 is null"));
   CHECK_THAT(open_error(dir, with_shape("{}")), Contains("shape must be an array"));
   CHECK_THAT(open_error(dir, with_shape(R"("")")), Contains("shape must be an array"));
   CHECK_THAT(open_error(dir, with_shape("1")), Contains("shape must be an array"));
@@ -581,8 +611,11 @@ TEST_CASE("safetensors: refuses __metadata__ that is not a string -> string obje
              Contains("__metadata__ must map strings to strings, but \"format\" is a number (5)"));
   CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"format":{"x":"y"}}})", 0)),
              Contains("\"format\" is an object"));
-  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"format":null}})", 0)),
-             Contains("\"format\" is null"));
+  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"format":null}})", 0)), Contains("\"format\" is null"));
+  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"format":false}})", 0)),
+             Contains("\"format\" is a boolean (false)"));
+  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"format":["pt"]}})", 0)),
+             Contains("\"format\" is an array"));
   CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":["pt"]})", 0)),
              Contains("__metadata__ must be an object of strings, but it is an array"));
 }
@@ -592,8 +625,7 @@ TEST_CASE("safetensors: refuses a missing file or a directory", "[io][host]") {
   const fs::path p = dir.file("does_not_exist.safetensors");
   REQUIRE_THROWS_AS(SafetensorsFile::open(p), hybridseq::io_error);
   REQUIRE_THROWS_WITH(hybridseq::io::read_safetensors(p),
-                      Contains("hybridseq::io::read_safetensors") && Contains(p.string()) &&
-                          Contains("cannot open"));
+                      Contains("hybridseq::io::read_safetensors") && Contains(p.string()) && Contains("cannot open"));
   REQUIRE_THROWS_WITH(SafetensorsFile::open(dir.file("")),
                       Contains("cannot open the file for reading: it is not a regular file"));
 }
@@ -605,24 +637,19 @@ TEST_CASE("safetensors: lookup and conversion errors name the tensor and the fil
   const SafetensorsFile f = SafetensorsFile::open(p);
 
   REQUIRE_THROWS_AS(f.info("zzz"), hybridseq::io_error);
-  REQUIRE_THROWS_WITH(f.info("zzz"),
-                      Contains("hybridseq::io::SafetensorsFile::info") && Contains(p.string()) &&
-                          Contains("no tensor named \"zzz\"") && Contains("a_f32, b_f64"));
-  REQUIRE_THROWS_WITH(f.read<float>("zzz"), Contains("hybridseq::io::SafetensorsFile::read") &&
-                                                Contains("no tensor named \"zzz\""));
+  REQUIRE_THROWS_WITH(f.info("zzz"), Contains("hybridseq::io::SafetensorsFile::info") && Contains(p.string()) &&
+                                         Contains("no tensor named \"zzz\"") && Contains("a_f32, b_f64"));
+  REQUIRE_THROWS_WITH(f.read<float>("zzz"),
+                      Contains("hybridseq::io::SafetensorsFile::read") && Contains("no tensor named \"zzz\""));
 
   REQUIRE_THROWS_AS(f.read<float>("a_f32", {3, 2}), hybridseq::io_error);
-  REQUIRE_THROWS_WITH(f.read<float>("a_f32", {3, 2}),
-                      Contains("tensor \"a_f32\" has shape (2,3), expected (3,2)"));
+  REQUIRE_THROWS_WITH(f.read<float>("a_f32", {3, 2}), Contains("tensor \"a_f32\" has shape (2,3), expected (3,2)"));
   REQUIRE_THROWS_WITH(f.read<float>("f_scalar", {1}), Contains("has shape (), expected (1)"));
 
   REQUIRE_THROWS_AS(f.read<std::int64_t>("a_f32"), hybridseq::io_error);
-  REQUIRE_THROWS_WITH(f.read<std::int64_t>("a_f32"),
-                      Contains("dtype F32, which cannot be read as int64"));
-  REQUIRE_THROWS_WITH(f.read<double>("e_i64"),
-                      Contains("dtype I64, which cannot be read as double"));
-  REQUIRE_THROWS_WITH(f.read<std::int32_t>("e_i64"),
-                      Contains("element 2 = 9007199254740993 does not fit in int32"));
+  REQUIRE_THROWS_WITH(f.read<std::int64_t>("a_f32"), Contains("dtype F32, which cannot be read as int64"));
+  REQUIRE_THROWS_WITH(f.read<double>("e_i64"), Contains("dtype I64, which cannot be read as double"));
+  REQUIRE_THROWS_WITH(f.read<std::int32_t>("e_i64"), Contains("element 2 = 9007199254740993 does not fit in int32"));
 }
 
 // -------------------------------------------------------------------------------------------
@@ -635,9 +662,8 @@ TEST_CASE("safetensors: the writer refuses bad tensors", "[io][host]") {
   w.add<float>("a", six, {2, 3});
 
   REQUIRE_THROWS_AS(w.add<float>("a", six, {6}), hybridseq::io_error);
-  REQUIRE_THROWS_WITH(
-      w.add<float>("a", six, {6}),
-      Contains("hybridseq::io::SafetensorsWriter::add") && Contains("duplicate tensor name \"a\""));
+  REQUIRE_THROWS_WITH(w.add<float>("a", six, {6}),
+                      Contains("hybridseq::io::SafetensorsWriter::add") && Contains("duplicate tensor name \"a\""));
   REQUIRE_THROWS_WITH(w.add_as("a", Dtype::F16, six, {6}), Contains("duplicate tensor name \"a\""));
   REQUIRE_THROWS_AS(w.add<float>("__metadata__", six, {6}), hybridseq::io_error);
 
@@ -650,8 +676,7 @@ TEST_CASE("safetensors: the writer refuses bad tensors", "[io][host]") {
   REQUIRE_THROWS_AS(w.add_as("b", Dtype::BF16, six, {7}), hybridseq::shape_error);
 
   REQUIRE_THROWS_AS(w.add_as("b", Dtype::I32, six, {6}), hybridseq::value_error);
-  REQUIRE_THROWS_WITH(w.add_as("b", Dtype::I32, six, {6}),
-                      Contains("target dtype I32 is not a float dtype"));
+  REQUIRE_THROWS_WITH(w.add_as("b", Dtype::I32, six, {6}), Contains("target dtype I32 is not a float dtype"));
   REQUIRE_THROWS_AS(w.add<float>("\xff", six, {6}), hybridseq::value_error);
   REQUIRE_THROWS_AS(w.set_metadata("k", "\xc0\x80"), hybridseq::value_error);  // overlong NUL
 

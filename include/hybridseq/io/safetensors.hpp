@@ -11,12 +11,11 @@
 /// The reader validates the file as strictly as the reference (Rust/Python) implementation
 /// does — the tensors must tile the data buffer exactly, with no overlap and no gap — and
 /// refuses anything else with an io_error naming the file and the offending values.
-/// Supported dtypes: F32, F64, F16, BF16, I32, I64. Host-only code.
+/// Supported dtypes: F32, F64, F16, BF16, I32, I64. Host-only code. The header JSON is parsed
+/// and written with nlohmann-json; F16 and BF16 convert through Eigen::half and Eigen::bfloat16.
 
 #include <algorithm>
-#include <array>
 #include <bit>
-#include <charconv>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -37,30 +36,15 @@
 #include <utility>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include "../core/error.hpp"
-
-// Boost.PropertyTree's JSON parser pulls in <boost/bind.hpp>, which declares the Bind
-// placeholders globally (the parser relies on that) and prints a deprecation #pragma message
-// unless BOOST_BIND_GLOBAL_PLACEHOLDERS is defined. Defining it only silences the message;
-// push/pop keeps the macro from leaking into code that includes this header.
-#pragma push_macro("BOOST_BIND_GLOBAL_PLACEHOLDERS")
-#ifndef BOOST_BIND_GLOBAL_PLACEHOLDERS
-#define BOOST_BIND_GLOBAL_PLACEHOLDERS
-#endif
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
-#include <boost/version.hpp>
-#pragma pop_macro("BOOST_BIND_GLOBAL_PLACEHOLDERS")
-
-// The typed JSON reading below hooks into the parser behind read_json (see
-// detail::KindRecordingCallbacks); that parser and its callback interface exist since 1.59.
-static_assert(BOOST_VERSION >= 105900, "hybridseq::io needs Boost >= 1.59 (PropertyTree JSON v2)");
+#include <nlohmann/json.hpp>
 
 namespace hybridseq::io {
 
 // The format stores little-endian data and the reader/writer copy it verbatim.
-static_assert(std::endian::native == std::endian::little,
-              "hybridseq::io::safetensors assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little, "hybridseq::io::safetensors assumes a little-endian host");
 static_assert(std::numeric_limits<float>::is_iec559 && std::numeric_limits<double>::is_iec559,
               "hybridseq::io::safetensors assumes IEEE-754 float and double");
 
@@ -74,33 +58,46 @@ enum class Dtype { F32, F64, F16, BF16, I32, I64 };
 /// The safetensors spelling of `d`: "F32", "F64", "F16", "BF16", "I32", "I64".
 inline std::string to_string(Dtype d) {
   switch (d) {
-    case Dtype::F32: return "F32";
-    case Dtype::F64: return "F64";
-    case Dtype::F16: return "F16";
-    case Dtype::BF16: return "BF16";
-    case Dtype::I32: return "I32";
-    case Dtype::I64: return "I64";
+    case Dtype::F32:
+      return "F32";
+    case Dtype::F64:
+      return "F64";
+    case Dtype::F16:
+      return "F16";
+    case Dtype::BF16:
+      return "BF16";
+    case Dtype::I32:
+      return "I32";
+    case Dtype::I64:
+      return "I64";
   }
   return "<invalid Dtype>";
 }
 
-inline std::ostream& operator<<(std::ostream& os, Dtype d) { return os << to_string(d); }
+inline std::ostream& operator<<(std::ostream& os, Dtype d) {
+  return os << to_string(d);
+}
 
 /// Bytes per element of `d`.
 inline std::size_t dtype_size(Dtype d) {
   switch (d) {
     case Dtype::F16:
-    case Dtype::BF16: return 2;
+    case Dtype::BF16:
+      return 2;
     case Dtype::F32:
-    case Dtype::I32: return 4;
+    case Dtype::I32:
+      return 4;
     case Dtype::F64:
-    case Dtype::I64: return 8;
+    case Dtype::I64:
+      return 8;
   }
   return 0;
 }
 
 /// True for F32, F64, F16, BF16.
-inline bool is_floating(Dtype d) { return d != Dtype::I32 && d != Dtype::I64; }
+inline bool is_floating(Dtype d) {
+  return d != Dtype::I32 && d != Dtype::I64;
+}
 
 /// Parses the safetensors spelling ("F32", ...); nullopt for anything this library does not
 /// support (including valid safetensors dtypes such as "U8" or "BOOL").
@@ -112,82 +109,30 @@ inline std::optional<Dtype> dtype_from_string(std::string_view s) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Half-precision conversions (IEEE binary16 and bfloat16), bit-exact
+// Half-precision conversions (IEEE binary16 and bfloat16), through Eigen::half / Eigen::bfloat16
 // ---------------------------------------------------------------------------------------------
 
-/// binary16 bits -> float. Exact: every binary16 value (including subnormals, ±inf and NaN,
-/// whose payload is kept) is representable as a float.
-constexpr float half_to_float(std::uint16_t h) noexcept {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exponent = (h >> 10) & 0x1Fu;
-  std::uint32_t mantissa = h & 0x3FFu;
-  std::uint32_t bits = 0;
-  if (exponent == 0x1F) {  // inf or NaN: max exponent, mantissa (NaN payload) shifted up
-    bits = sign | 0x7F800000u | (mantissa << 13);
-  } else if (exponent != 0) {  // normal: rebias 15 -> 127
-    bits = sign | ((exponent + (127 - 15)) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {  // ±0
-    bits = sign;
-  } else {
-    // Subnormal, value = mantissa * 2^-24: a float represents it as a normal number, so
-    // shift the leading 1 up to the implicit-bit position and lower the exponent to match.
-    std::uint32_t e = 127 - 14;  // biased float exponent of 2^-14, the binary16 subnormal scale
-    while ((mantissa & 0x400u) == 0) {
-      mantissa <<= 1;
-      --e;
-    }
-    bits = sign | (e << 23) | ((mantissa & 0x3FFu) << 13);
-  }
-  return std::bit_cast<float>(bits);
+/// binary16 bits -> float. Exact: every binary16 value (including subnormals and ±inf) is a
+/// float; NaN stays NaN.
+inline float half_to_float(std::uint16_t h) noexcept {
+  return static_cast<float>(std::bit_cast<Eigen::half>(h));
 }
 
 /// float -> binary16 bits, rounding to nearest, ties to even. Values at or beyond 65520
-/// become ±inf; tiny values become subnormals or ±0; NaN stays a (quiet) NaN.
-constexpr std::uint16_t float_to_half(float f) noexcept {
-  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
-  const std::uint32_t a = x & 0x7FFFFFFFu;  // |f|
-  if (a >= 0x7F800000u) {                   // inf, or NaN (forced quiet, top payload kept)
-    return static_cast<std::uint16_t>(sign | 0x7C00u |
-                                      (a > 0x7F800000u ? 0x200u | ((a >> 13) & 0x3FFu) : 0u));
-  }
-  if (a >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // >= 65520: inf
-  if (a < 0x38800000u) {  // below 2^-14, the smallest normal binary16: subnormal or zero
-    if (a <= 0x33000000u) return sign;  // <= 2^-25 (half the smallest subnormal; tie -> 0)
-    // Count units of 2^-24: the full float significand (with implicit bit) is scaled by
-    // 2^(e-150); dividing by 2^-24 is a right shift by 126 - e (here 14..24).
-    const std::uint32_t e = a >> 23;
-    const std::uint32_t significand = (a & 0x7FFFFFu) | 0x800000u;
-    const std::uint32_t shift = 126 - e;
-    std::uint32_t q = significand >> shift;
-    const std::uint32_t rem = significand & ((1u << shift) - 1u);
-    const std::uint32_t halfway = 1u << (shift - 1);
-    // Rounding up may carry into 0x400, the smallest normal: that is the correct encoding.
-    if (rem > halfway || (rem == halfway && (q & 1u))) ++q;
-    return static_cast<std::uint16_t>(sign | q);
-  }
-  // Normal: rebias 127 -> 15, keep the top 10 mantissa bits, round on the 13 dropped ones.
-  // A carry out of the mantissa correctly bumps the exponent (65520 was handled above).
-  std::uint32_t h = ((a >> 23) - (127 - 15)) << 10 | ((a >> 13) & 0x3FFu);
-  const std::uint32_t rem = a & 0x1FFFu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
-  return static_cast<std::uint16_t>(sign | h);
+/// become ±inf; tiny values become subnormals or ±0; NaN becomes a quiet NaN.
+inline std::uint16_t float_to_half(float f) noexcept {
+  return std::bit_cast<std::uint16_t>(Eigen::half(f));
 }
 
 /// bfloat16 bits -> float. Exact: bfloat16 is the top half of a float.
-constexpr float bfloat16_to_float(std::uint16_t b) noexcept {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+inline float bfloat16_to_float(std::uint16_t b) noexcept {
+  return static_cast<float>(std::bit_cast<Eigen::bfloat16>(b));
 }
 
 /// float -> bfloat16 bits, rounding to nearest, ties to even (overflow rounds to ±inf, as in
-/// PyTorch); NaN stays a (quiet) NaN.
-constexpr std::uint16_t float_to_bfloat16(float f) noexcept {
-  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) {  // NaN: rounding could turn the payload into inf
-    return static_cast<std::uint16_t>((x >> 16) | 0x40u);
-  }
-  const std::uint32_t rounded = x + 0x7FFFu + ((x >> 16) & 1u);
-  return static_cast<std::uint16_t>(rounded >> 16);
+/// PyTorch); NaN becomes a quiet NaN.
+inline std::uint16_t float_to_bfloat16(float f) noexcept {
+  return std::bit_cast<std::uint16_t>(Eigen::bfloat16(f));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -198,23 +143,31 @@ namespace detail {
 
 /// Element types a tensor can be read into or written from.
 template <class T>
-concept SafetensorsElement = std::same_as<T, float> || std::same_as<T, double> ||
-                             std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t>;
+concept SafetensorsElement =
+    std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t>;
 
 template <SafetensorsElement T>
 constexpr std::string_view element_name() {
-  if constexpr (std::same_as<T, float>) return "float";
-  else if constexpr (std::same_as<T, double>) return "double";
-  else if constexpr (std::same_as<T, std::int32_t>) return "int32";
-  else return "int64";
+  if constexpr (std::same_as<T, float>)
+    return "float";
+  else if constexpr (std::same_as<T, double>)
+    return "double";
+  else if constexpr (std::same_as<T, std::int32_t>)
+    return "int32";
+  else
+    return "int64";
 }
 
 template <SafetensorsElement T>
 constexpr Dtype native_dtype() {
-  if constexpr (std::same_as<T, float>) return Dtype::F32;
-  else if constexpr (std::same_as<T, double>) return Dtype::F64;
-  else if constexpr (std::same_as<T, std::int32_t>) return Dtype::I32;
-  else return Dtype::I64;
+  if constexpr (std::same_as<T, float>)
+    return Dtype::F32;
+  else if constexpr (std::same_as<T, double>)
+    return Dtype::F64;
+  else if constexpr (std::same_as<T, std::int32_t>)
+    return Dtype::I32;
+  else
+    return Dtype::I64;
 }
 
 /// "(2,3)"; "()" for a 0-d tensor.
@@ -246,212 +199,64 @@ T load_unaligned(const char* p) {
   return v;
 }
 
-/// The JSON value kinds. Boost.PropertyTree stores every scalar as a string and both arrays
-/// and objects as child lists, so `"2"` vs `2`, `[]` vs `{}` vs `""` would be
-/// indistinguishable from the ptree alone; the kinds are recorded during parsing instead.
-enum class JsonKind { null, boolean, number, string, array, object };
-
-inline std::string_view kind_name(JsonKind k) {
-  switch (k) {
-    case JsonKind::null: return "null";
-    case JsonKind::boolean: return "a boolean";
-    case JsonKind::number: return "a number";
-    case JsonKind::string: return "a string";
-    case JsonKind::array: return "an array";
-    case JsonKind::object: return "an object";
-  }
-  return "?";
-}
-
-/// A parsed JSON value with its kind. Object members keep document order and duplicates
-/// (so that duplicate keys can be detected and refused); array elements have empty keys.
-struct JsonMember;
-struct JsonValue {
-  JsonKind kind = JsonKind::null;
-  std::string text;  ///< string contents, or the literal text of a number/boolean/null
-  std::vector<JsonMember> members;
-};
-struct JsonMember {
-  std::string key;  ///< empty for array elements
-  JsonValue value;
-};
-
-namespace bpt = boost::property_tree;
-
-/// Boost's standard ptree-building callbacks, plus a record of the kind of every value in
-/// document order. The parser template calls the callback type statically, so hiding the
-/// base members is enough to observe each event; the ptree is still built by the base.
-/// Document order equals a pre-order walk of the resulting ptree, which is how the kinds are
-/// matched back to nodes (see attach_kinds).
-class KindRecordingCallbacks : public bpt::json_parser::detail::standard_callbacks<bpt::ptree> {
-  using base = bpt::json_parser::detail::standard_callbacks<bpt::ptree>;
-
- public:
-  std::vector<JsonKind> kinds;
-
-  void on_null() {
-    base::on_null();
-    kinds.push_back(JsonKind::null);
-  }
-  void on_boolean(bool b) {
-    base::on_boolean(b);
-    kinds.push_back(JsonKind::boolean);
-  }
-  // The parser reports a number either whole (on_number, random-access input) or digit by
-  // digit (on_begin_number ... on_end_number, input iterators); record it once in either case.
-  template <class Range>
-  void on_number(Range code_units) {
-    base::on_number(code_units);
-    kinds.push_back(JsonKind::number);
-  }
-  void on_begin_number() {
-    base::on_begin_number();
-    kinds.push_back(JsonKind::number);
-  }
-  void on_begin_string() {
-    base::on_begin_string();
-    if (!is_key()) kinds.push_back(JsonKind::string);  // object keys are not values
-  }
-  void on_begin_array() {
-    base::on_begin_array();
-    kinds.push_back(JsonKind::array);
-  }
-  void on_begin_object() {
-    base::on_begin_object();
-    kinds.push_back(JsonKind::object);
-  }
-};
-
-/// Builds the typed tree by walking `node` in pre-order alongside `kinds`. Returns false if the
-/// two disagree (which would mean a Boost behaviour change, not a bad file).
-inline bool attach_kinds(const bpt::ptree& node, const std::vector<JsonKind>& kinds,
-                         std::size_t& next, JsonValue& out) {
-  if (next >= kinds.size()) return false;
-  out.kind = kinds[next++];
-  out.text = node.data();
-  const bool container = out.kind == JsonKind::array || out.kind == JsonKind::object;
-  if (!container && !node.empty()) return false;
-  out.members.reserve(node.size());
-  for (const auto& [key, child] : node) {
-    out.members.push_back(JsonMember{key, JsonValue{}});
-    if (!attach_kinds(child, kinds, next, out.members.back().value)) return false;
-  }
-  return true;
-}
-
-/// Deepest bracket nesting in `text`, ignoring brackets inside strings. Boost's parser is
-/// recursive-descent without a depth limit, so a header of a million '[' would overflow the
-/// stack; this cheap scan lets the reader refuse such input before parsing.
-inline std::size_t json_nesting_depth(std::string_view text) {
-  std::size_t depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
+using Json = nlohmann::json;
 
 /// A safetensors header nests three levels deep ({ "t": { "shape": [ ); allow generous slack.
-inline constexpr std::size_t max_json_depth = 64;
+/// The limit bounds the memory a hostile header (a megabyte of '[') can make the parser take.
+inline constexpr int max_json_depth = 64;
 
-/// Parses a non-negative JSON integer written as plain digits (no sign, fraction or exponent)
-/// into `U`; nullopt for anything else, including values that do not fit.
+/// The kind of a JSON value, as an error message names it.
+inline std::string_view kind_name(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+    case Json::value_t::number_float:
+      return "a number";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    default:
+      return "binary data";  // not produced by the text parser
+  }
+}
+
+/// How a JSON value looks in an error message: its JSON text for scalars, its kind otherwise.
+inline std::string describe(const Json& v) {
+  if (v.is_structured()) return std::string(kind_name(v));
+  // nlohmann reads every integer without a sign as unsigned, so a signed zero was "-0".
+  if (v.type() == Json::value_t::number_integer && v.get<std::int64_t>() == 0) return "-0";
+  // A fraction, an exponent or an integer beyond 64 bits makes a double, shown as such.
+  if (v.is_number_float()) return v.dump() + " (read as floating point)";
+  return v.dump();
+}
+
+/// `v` as a `U` if it is a JSON integer written as plain digits (no sign, fraction or
+/// exponent) whose value fits in `U`; nullopt otherwise.
 template <class U>
-std::optional<U> parse_unsigned_json_integer(const JsonValue& v) {
-  if (v.kind != JsonKind::number || v.text.empty() || v.text[0] < '0' || v.text[0] > '9') {
-    return std::nullopt;
-  }
-  U value{};
-  const char* first = v.text.data();
-  const char* last = first + v.text.size();
-  const auto [ptr, ec] = std::from_chars(first, last, value);
-  if (ec != std::errc{} || ptr != last) return std::nullopt;
-  return value;
+std::optional<U> unsigned_integer(const Json& v) {
+  if (!v.is_number_unsigned()) return std::nullopt;
+  const auto x = v.get<std::uint64_t>();
+  if (!std::in_range<U>(x)) return std::nullopt;
+  return static_cast<U>(x);
 }
 
-/// How a JSON value looks in an error message: its text for scalars, its kind otherwise.
-inline std::string describe(const JsonValue& v) {
-  switch (v.kind) {
-    case JsonKind::string: return "\"" + v.text + "\"";
-    case JsonKind::number:
-    case JsonKind::boolean:
-    case JsonKind::null: return v.text;
-    default: return std::string(kind_name(v.kind));
+/// Strict UTF-8 (no overlong forms, surrogates or code points above U+10FFFF): the reference
+/// reader refuses headers that are not, so the writer must not emit them. nlohmann's
+/// serializer performs exactly this check.
+inline bool is_valid_utf8(const std::string& s) {
+  try {
+    (void)Json(s).dump();
+    return true;
+  } catch (const Json::type_error&) {
+    return false;
   }
-}
-
-/// Appends `s` as a JSON string literal. `s` must be valid UTF-8 (checked by the writer);
-/// only the characters JSON requires are escaped, everything else is copied verbatim.
-inline void append_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          constexpr char hex[] = "0123456789abcdef";
-          out += "\\u00";
-          out += hex[(static_cast<unsigned char>(c) >> 4) & 0xF];
-          out += hex[static_cast<unsigned char>(c) & 0xF];
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
-
-/// Strict UTF-8 check (no overlong forms, surrogates or code points above U+10FFFF): the
-/// reference reader rejects headers that are not valid UTF-8, so the writer must not emit them.
-inline bool is_valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len = 0;
-    std::uint32_t cp = 0;
-    if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1Fu;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0Fu;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07u;
-    } else {
-      return false;
-    }
-    if (i + len > s.size()) return false;
-    for (std::size_t k = 1; k < len; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3Fu);
-    }
-    const std::uint32_t min_for_len[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_for_len[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
-  }
-  return true;
 }
 
 inline constexpr std::string_view read_api = "hybridseq::io::read_safetensors";
@@ -523,18 +328,15 @@ class SafetensorsFile {
     const TensorInfo& ti = info_or_fail(name, read_tensor_api);
     if (!std::ranges::equal(ti.shape, expected_shape)) {
       fail<io_error>(read_tensor_api, path_.string(), ": tensor \"", ti.name, "\" has shape ",
-                     detail::format_shape(ti.shape), ", expected ",
-                     detail::format_shape(expected_shape));
+                     detail::format_shape(ti.shape), ", expected ", detail::format_shape(expected_shape));
     }
     return read_impl<T>(ti, read_tensor_api);
   }
 
   /// Convenience overload so that `read<float>("w", {128, 96})` works.
   template <detail::SafetensorsElement T>
-  std::vector<T> read(std::string_view name,
-                      std::initializer_list<std::int64_t> expected_shape) const {
-    return read<T>(name,
-                   std::span<const std::int64_t>(expected_shape.begin(), expected_shape.size()));
+  std::vector<T> read(std::string_view name, std::initializer_list<std::int64_t> expected_shape) const {
+    return read<T>(name, std::span<const std::int64_t>(expected_shape.begin(), expected_shape.size()));
   }
 
   /// The path the file was opened from.
@@ -552,9 +354,9 @@ class SafetensorsFile {
 
   const TensorInfo* find(std::string_view name) const {
     // tensors_ is sorted by name (see open), so a binary search suffices.
-    const auto it = std::lower_bound(
-        tensors_.begin(), tensors_.end(), name,
-        [](const TensorInfo& t, std::string_view n) { return std::string_view(t.name) < n; });
+    const auto it =
+        std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                         [](const TensorInfo& t, std::string_view n) { return std::string_view(t.name) < n; });
     return it != tensors_.end() && it->name == name ? &*it : nullptr;
   }
 
@@ -566,17 +368,16 @@ class SafetensorsFile {
       known += (i == 0 ? "" : ", ") + tensors_[i].name;
     }
     if (tensors_.size() > max_listed) known += ", ...";
-    fail<io_error>(api, path_.string(), ": no tensor named \"", name, "\" (the file has ",
-                   tensors_.size(), " tensor", tensors_.size() == 1 ? "" : "s",
-                   tensors_.empty() ? "" : ": ", known, ")");
+    fail<io_error>(api, path_.string(), ": no tensor named \"", name, "\" (the file has ", tensors_.size(), " tensor",
+                   tensors_.size() == 1 ? "" : "s", tensors_.empty() ? "" : ": ", known, ")");
   }
 
   template <class T>
   std::vector<T> read_impl(const TensorInfo& ti, std::string_view api) const;
 
   void parse_header(std::string_view header);
-  void parse_metadata(const detail::JsonValue& v);
-  void parse_tensor(const std::string& name, const detail::JsonValue& v);
+  void parse_metadata(const detail::Json& v);
+  void parse_tensor(const std::string& name, const detail::Json& v);
   void check_tiling(std::size_t data_size) const;
 
   std::filesystem::path path_;
@@ -615,8 +416,7 @@ inline SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) 
   const std::size_t file_size = f.bytes_.size();
 
   if (file_size < 8) {
-    f.fail_file("file is ", file_size,
-                " bytes, shorter than the 8-byte header length prefix of a safetensors file");
+    f.fail_file("file is ", file_size, " bytes, shorter than the 8-byte header length prefix of a safetensors file");
   }
   const auto header_len = detail::load_unaligned<std::uint64_t>(f.bytes_.data());
   // Compared without adding 8 to header_len, which could overflow for a corrupt prefix.
@@ -642,142 +442,152 @@ inline SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) 
 }
 
 inline void SafetensorsFile::parse_header(std::string_view header) {
-  using detail::JsonKind;
-  if (const std::size_t depth = detail::json_nesting_depth(header);
-      depth > detail::max_json_depth) {
-    fail_file("header is not a safetensors header: JSON nesting depth ", depth,
-              " exceeds the limit of ", detail::max_json_depth);
-  }
+  using detail::Json;
+  // nlohmann's DOM keeps only the last of duplicate keys, so they are refused as the parser
+  // reports them (the reference reader refuses them too), and so is nesting beyond
+  // max_json_depth. `open` holds the keys seen in each open object or array, innermost last.
+  struct Container {
+    bool object = false;
+    std::set<std::string> keys;
+    std::string last_key;
+  };
+  std::vector<Container> open;
+  auto on_event = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+      case Json::parse_event_t::array_start:
+        if (depth >= detail::max_json_depth) {
+          fail_file("header is not a safetensors header: JSON nesting deeper than ", detail::max_json_depth, " levels");
+        }
+        open.push_back({event == Json::parse_event_t::object_start, {}, {}});
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        open.pop_back();
+        break;
+      case Json::parse_event_t::key: {
+        std::string key = parsed.get<std::string>();
+        if (!open.back().keys.insert(key).second) {
+          if (open.size() == 1) fail_file("duplicate entry \"", key, "\" in the header");
+          if (open.size() == 2 && open[0].object) {  // in the value of a top-level entry
+            if (open[0].last_key == "__metadata__") fail_file("duplicate key \"", key, "\" in __metadata__");
+            fail_file("tensor \"", open[0].last_key, "\": duplicate field \"", key, "\"");
+          }
+          fail_file("duplicate key \"", key, "\" in the header");
+        }
+        open.back().last_key = std::move(key);
+        break;
+      }
+      case Json::parse_event_t::value:
+        break;
+    }
+    return true;
+  };
 
-  detail::KindRecordingCallbacks callbacks;
+  Json root;
   try {
-    boost::property_tree::json_parser::detail::utf8_utf8_encoding encoding;
-    boost::property_tree::json_parser::detail::read_json_internal(
-        header.data(), header.data() + header.size(), encoding, callbacks, path_.string());
-  } catch (const boost::property_tree::json_parser_error& e) {
-    fail_file("header is not valid JSON: ", e.message(), " (line ", e.line(), ")");
-  }
-  detail::JsonValue root;
-  std::size_t next = 0;
-  if (!detail::attach_kinds(callbacks.output(), callbacks.kinds, next, root) ||
-      next != callbacks.kinds.size()) {
-    fail_file("internal error: Boost.PropertyTree JSON events do not match the parsed tree");
+    root = Json::parse(header.begin(), header.end(), on_event);
+  } catch (const Json::exception& e) {
+    // what() is "[json.exception.parse_error.101] parse error at line 1, column 7: ...".
+    const std::string_view what = e.what();
+    const std::size_t id_end = what.find("] ");
+    fail_file("header is not valid JSON: ", id_end == std::string_view::npos ? what : what.substr(id_end + 2));
   }
 
-  if (root.kind != JsonKind::object) {
-    fail_file("header is not a JSON object (it is ", detail::kind_name(root.kind), ")");
+  if (!root.is_object()) {
+    fail_file("header is not a JSON object (it is ", detail::kind_name(root), ")");
   }
-  std::set<std::string_view> seen;
-  for (const auto& [key, value] : root.members) {
-    if (!seen.insert(key).second) fail_file("duplicate entry \"", key, "\" in the header");
-    if (key == "__metadata__") {
-      parse_metadata(value);
+  for (const auto& entry : root.items()) {
+    if (entry.key() == "__metadata__") {
+      parse_metadata(entry.value());
     } else {
-      parse_tensor(key, value);
+      parse_tensor(entry.key(), entry.value());
     }
   }
 }
 
-inline void SafetensorsFile::parse_metadata(const detail::JsonValue& v) {
-  using detail::JsonKind;
-  if (v.kind != JsonKind::object) {
-    fail_file("__metadata__ must be an object of strings, but it is ", detail::kind_name(v.kind));
+inline void SafetensorsFile::parse_metadata(const detail::Json& v) {
+  if (!v.is_object()) {
+    fail_file("__metadata__ must be an object of strings, but it is ", detail::kind_name(v));
   }
-  for (const auto& [key, value] : v.members) {
-    if (value.kind != JsonKind::string) {
-      fail_file("__metadata__ must map strings to strings, but \"", key, "\" is ",
-                detail::kind_name(value.kind), " (", detail::describe(value), ")");
+  for (const auto& entry : v.items()) {
+    if (!entry.value().is_string()) {
+      fail_file("__metadata__ must map strings to strings, but \"", entry.key(), "\" is ",
+                detail::kind_name(entry.value()),
+                entry.value().is_number() || entry.value().is_boolean() ? " (" + entry.value().dump() + ")" : "");
     }
-    if (!metadata_.emplace(key, value.text).second) {
-      fail_file("duplicate key \"", key, "\" in __metadata__");
-    }
+    metadata_.emplace(entry.key(), entry.value().get<std::string>());
   }
 }
 
-inline void SafetensorsFile::parse_tensor(const std::string& name, const detail::JsonValue& v) {
-  using detail::JsonKind;
-  if (v.kind != JsonKind::object) {
-    fail_file("tensor \"", name, "\": entry must be an object, but it is ",
-              detail::kind_name(v.kind));
+inline void SafetensorsFile::parse_tensor(const std::string& name, const detail::Json& v) {
+  using detail::Json;
+  if (!v.is_object()) {
+    fail_file("tensor \"", name, "\": entry must be an object, but it is ", detail::kind_name(v));
   }
-  const detail::JsonValue* dtype = nullptr;
-  const detail::JsonValue* shape = nullptr;
-  const detail::JsonValue* offsets = nullptr;
-  for (const auto& [key, value] : v.members) {
-    const detail::JsonValue** slot = key == "dtype"          ? &dtype
-                                     : key == "shape"        ? &shape
-                                     : key == "data_offsets" ? &offsets
-                                                             : nullptr;
-    if (slot == nullptr) {
-      fail_file("tensor \"", name, "\": unknown field \"", key,
-                "\" (expected dtype, shape, data_offsets)");
+  for (const auto& entry : v.items()) {
+    if (entry.key() != "dtype" && entry.key() != "shape" && entry.key() != "data_offsets") {
+      fail_file("tensor \"", name, "\": unknown field \"", entry.key(), "\" (expected dtype, shape, data_offsets)");
     }
-    if (*slot != nullptr) fail_file("tensor \"", name, "\": duplicate field \"", key, "\"");
-    *slot = &value;
   }
-  if (!dtype || !shape || !offsets) {
-    fail_file("tensor \"", name, "\": missing field \"",
-              !dtype ? "dtype" : (!shape ? "shape" : "data_offsets"), "\"");
+  for (const char* field : {"dtype", "shape", "data_offsets"}) {
+    if (!v.contains(field)) fail_file("tensor \"", name, "\": missing field \"", field, "\"");
   }
+  const Json& dtype = v.at("dtype");
+  const Json& shape = v.at("shape");
+  const Json& offsets = v.at("data_offsets");
 
   TensorInfo t;
   t.name = name;
 
   const std::optional<Dtype> d =
-      dtype->kind == JsonKind::string ? dtype_from_string(dtype->text) : std::nullopt;
+      dtype.is_string() ? dtype_from_string(dtype.get_ref<const std::string&>()) : std::nullopt;
   if (!d) {
-    fail_file("tensor \"", name, "\": unknown or unsupported dtype ", detail::describe(*dtype),
+    fail_file("tensor \"", name, "\": unknown or unsupported dtype ", detail::describe(dtype),
               " (supported: F32, F64, F16, BF16, I32, I64)");
   }
   t.dtype = *d;
 
-  if (shape->kind != JsonKind::array) {
+  if (!shape.is_array()) {
     fail_file("tensor \"", name, "\": shape must be an array of non-negative integers, but it is ",
-              detail::kind_name(shape->kind));
+              detail::kind_name(shape));
   }
-  for (std::size_t i = 0; i < shape->members.size(); ++i) {
-    const detail::JsonValue& e = shape->members[i].value;
-    const auto extent = detail::parse_unsigned_json_integer<std::int64_t>(e);
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    const auto extent = detail::unsigned_integer<std::int64_t>(shape[i]);
     if (!extent) {
-      fail_file("tensor \"", name, "\": shape entry ", i, " is ", detail::describe(e),
+      fail_file("tensor \"", name, "\": shape entry ", i, " is ", detail::describe(shape[i]),
                 ", not a non-negative integer");
     }
     t.shape.push_back(*extent);
   }
 
-  if (offsets->kind != JsonKind::array || offsets->members.size() != 2) {
+  if (!offsets.is_array() || offsets.size() != 2) {
     fail_file("tensor \"", name, "\": data_offsets must be an array of two integers [begin, end]",
-              offsets->kind == JsonKind::array
-                  ? ", but it has " + std::to_string(offsets->members.size()) + " entries"
-                  : ", but it is " + std::string(detail::kind_name(offsets->kind)));
+              offsets.is_array() ? ", but it has " + std::to_string(offsets.size()) + " entries"
+                                 : ", but it is " + std::string(detail::kind_name(offsets)));
   }
-  const auto begin = detail::parse_unsigned_json_integer<std::size_t>(offsets->members[0].value);
-  const auto end = detail::parse_unsigned_json_integer<std::size_t>(offsets->members[1].value);
+  const auto begin = detail::unsigned_integer<std::size_t>(offsets[0]);
+  const auto end = detail::unsigned_integer<std::size_t>(offsets[1]);
   if (!begin || !end) {
-    fail_file("tensor \"", name, "\": data_offsets [", detail::describe(offsets->members[0].value),
-              ",", detail::describe(offsets->members[1].value),
+    fail_file("tensor \"", name, "\": data_offsets [", detail::describe(offsets[0]), ",", detail::describe(offsets[1]),
               "] are not two non-negative integers");
   }
   if (*begin > *end) {
-    fail_file("tensor \"", name, "\": data_offsets [", *begin, ",", *end,
-              "] are not ordered (begin > end)");
+    fail_file("tensor \"", name, "\": data_offsets [", *begin, ",", *end, "] are not ordered (begin > end)");
   }
   t.begin = *begin;
   t.end = *end;
 
   const std::optional<std::int64_t> numel = detail::checked_numel(t.shape);
   const std::size_t elem = dtype_size(t.dtype);
-  if (!numel ||
-      static_cast<std::uint64_t>(*numel) > std::numeric_limits<std::size_t>::max() / elem) {
-    fail_file("tensor \"", name, "\": shape ", detail::format_shape(t.shape),
-              " has too many elements");
+  if (!numel || static_cast<std::uint64_t>(*numel) > std::numeric_limits<std::size_t>::max() / elem) {
+    fail_file("tensor \"", name, "\": shape ", detail::format_shape(t.shape), " has too many elements");
   }
   const std::size_t expected_bytes = static_cast<std::size_t>(*numel) * elem;
   if (t.end - t.begin != expected_bytes) {
-    fail_file("tensor \"", name, "\": data_offsets [", t.begin, ",", t.end, "] span ",
-              t.end - t.begin, " bytes, which does not match shape ", detail::format_shape(t.shape),
-              " x ", to_string(t.dtype), " (", *numel, " x ", elem, " = ", expected_bytes,
-              " bytes)");
+    fail_file("tensor \"", name, "\": data_offsets [", t.begin, ",", t.end, "] span ", t.end - t.begin,
+              " bytes, which does not match shape ", detail::format_shape(t.shape), " x ", to_string(t.dtype), " (",
+              *numel, " x ", elem, " = ", expected_bytes, " bytes)");
   }
   tensors_.push_back(std::move(t));
 }
@@ -795,23 +605,22 @@ inline void SafetensorsFile::check_tiling(std::size_t data_size) const {
   const TensorInfo* previous = nullptr;
   for (const TensorInfo* t : by_offset) {
     if (t->begin < expected) {
-      fail_file("tensors \"", previous->name, "\" [", previous->begin, ",", previous->end,
-                "] and \"", t->name, "\" [", t->begin, ",", t->end, "] overlap");
+      fail_file("tensors \"", previous->name, "\" [", previous->begin, ",", previous->end, "] and \"", t->name, "\" [",
+                t->begin, ",", t->end, "] overlap");
     }
     if (t->begin > expected) {
       if (previous == nullptr) {
-        fail_file("gap in the data buffer: the first tensor \"", t->name, "\" begins at byte ",
-                  t->begin, ", not 0");
+        fail_file("gap in the data buffer: the first tensor \"", t->name, "\" begins at byte ", t->begin, ", not 0");
       }
-      fail_file("gap in the data buffer: bytes [", expected, ",", t->begin, ") between \"",
-                previous->name, "\" and \"", t->name, "\" belong to no tensor");
+      fail_file("gap in the data buffer: bytes [", expected, ",", t->begin, ") between \"", previous->name, "\" and \"",
+                t->name, "\" belong to no tensor");
     }
     expected = t->end;
     previous = t;
   }
   if (expected != data_size) {
-    fail_file("gap in the data buffer: the tensors end at byte ", expected,
-              " but the data buffer has ", data_size, " bytes");
+    fail_file("gap in the data buffer: the tensors end at byte ", expected, " but the data buffer has ", data_size,
+              " bytes");
   }
 }
 
@@ -819,9 +628,9 @@ template <class T>
 std::vector<T> SafetensorsFile::read_impl(const TensorInfo& ti, std::string_view api) const {
   constexpr bool want_float = std::is_floating_point_v<T>;
   if (is_floating(ti.dtype) != want_float) {
-    fail<io_error>(api, path_.string(), ": tensor \"", ti.name, "\" has dtype ",
-                   to_string(ti.dtype), ", which cannot be read as ", detail::element_name<T>(),
-                   " (", is_floating(ti.dtype) ? "float" : "integer", " dtypes read only as ",
+    fail<io_error>(api, path_.string(), ": tensor \"", ti.name, "\" has dtype ", to_string(ti.dtype),
+                   ", which cannot be read as ", detail::element_name<T>(), " (",
+                   is_floating(ti.dtype) ? "float" : "integer", " dtypes read only as ",
                    is_floating(ti.dtype) ? "float or double" : "int32 or int64", ")");
   }
   const std::size_t n = static_cast<std::size_t>(ti.numel());
@@ -836,8 +645,12 @@ std::vector<T> SafetensorsFile::read_impl(const TensorInfo& ti, std::string_view
   if constexpr (want_float) {
     auto cast = [](auto v, std::size_t) { return static_cast<T>(v); };
     switch (ti.dtype) {
-      case Dtype::F32: convert.template operator()<float>(cast); break;
-      case Dtype::F64: convert.template operator()<double>(cast); break;
+      case Dtype::F32:
+        convert.template operator()<float>(cast);
+        break;
+      case Dtype::F64:
+        convert.template operator()<double>(cast);
+        break;
       case Dtype::F16:
         convert.template operator()<std::uint16_t>(
             [](std::uint16_t h, std::size_t) { return static_cast<T>(half_to_float(h)); });
@@ -846,20 +659,26 @@ std::vector<T> SafetensorsFile::read_impl(const TensorInfo& ti, std::string_view
         convert.template operator()<std::uint16_t>(
             [](std::uint16_t b, std::size_t) { return static_cast<T>(bfloat16_to_float(b)); });
         break;
-      default: break;  // unreachable: integer dtypes were refused above
+      default:
+        break;  // unreachable: integer dtypes were refused above
     }
   } else {
     auto narrow = [&](auto v, std::size_t i) {
       if (!std::in_range<T>(v)) {
-        fail<io_error>(api, path_.string(), ": tensor \"", ti.name, "\" element ", i, " = ", v,
-                       " does not fit in ", detail::element_name<T>());
+        fail<io_error>(api, path_.string(), ": tensor \"", ti.name, "\" element ", i, " = ", v, " does not fit in ",
+                       detail::element_name<T>());
       }
       return static_cast<T>(v);
     };
     switch (ti.dtype) {
-      case Dtype::I32: convert.template operator()<std::int32_t>(narrow); break;
-      case Dtype::I64: convert.template operator()<std::int64_t>(narrow); break;
-      default: break;  // unreachable: float dtypes were refused above
+      case Dtype::I32:
+        convert.template operator()<std::int32_t>(narrow);
+        break;
+      case Dtype::I64:
+        convert.template operator()<std::int64_t>(narrow);
+        break;
+      default:
+        break;  // unreachable: float dtypes were refused above
     }
   }
   return out;
@@ -903,15 +722,13 @@ class SafetensorsWriter {
     check_new_tensor(api, name, data.size(), shape);
     std::vector<char> bytes(data.size_bytes());
     if (!bytes.empty()) std::memcpy(bytes.data(), data.data(), bytes.size());
-    tensors_.emplace(std::move(name),
-                     Entry{detail::native_dtype<T>(), std::move(shape), std::move(bytes)});
+    tensors_.emplace(std::move(name), Entry{detail::native_dtype<T>(), std::move(shape), std::move(bytes)});
   }
 
   /// Adds tensor `name` stored as float dtype `target` (F32, F64, F16 or BF16), converting
   /// each float: F16/BF16 round to nearest, ties to even (see float_to_half and
   /// float_to_bfloat16). Same checks as add(); an integer `target` is a value_error.
-  void add_as(std::string name, Dtype target, std::span<const float> data,
-              std::vector<std::int64_t> shape) {
+  void add_as(std::string name, Dtype target, std::span<const float> data, std::vector<std::int64_t> shape) {
     static constexpr std::string_view api = "hybridseq::io::SafetensorsWriter::add_as";
     if (!is_floating(target)) {
       fail<value_error>(api, "tensor \"", name, "\": target dtype ", to_string(target),
@@ -926,51 +743,40 @@ class SafetensorsWriter {
       }
     };
     switch (target) {
-      case Dtype::F32: store([](float v) { return v; }); break;
-      case Dtype::F64: store([](float v) { return static_cast<double>(v); }); break;
-      case Dtype::F16: store([](float v) { return float_to_half(v); }); break;
-      case Dtype::BF16: store([](float v) { return float_to_bfloat16(v); }); break;
-      default: break;  // unreachable: integer targets were refused above
+      case Dtype::F32:
+        store([](float v) { return v; });
+        break;
+      case Dtype::F64:
+        store([](float v) { return static_cast<double>(v); });
+        break;
+      case Dtype::F16:
+        store([](float v) { return float_to_half(v); });
+        break;
+      case Dtype::BF16:
+        store([](float v) { return float_to_bfloat16(v); });
+        break;
+      default:
+        break;  // unreachable: integer targets were refused above
     }
     tensors_.emplace(std::move(name), Entry{target, std::move(shape), std::move(bytes)});
   }
 
   /// The complete file contents.
   std::string serialize() const {
-    std::string header = "{";
-    bool first = true;
-    auto separate = [&] {
-      if (!first) header += ',';
-      first = false;
-    };
+    // ordered_json keeps insertion order: "__metadata__" first, then the tensors in name order
+    // (std::map), each with its fields in the reference writer's order.
+    nlohmann::ordered_json json = nlohmann::ordered_json::object();
     // Python omits "__metadata__" when there is none; do the same.
-    if (!metadata_.empty()) {
-      separate();
-      header += "\"__metadata__\":{";
-      bool first_key = true;
-      for (const auto& [key, value] : metadata_) {
-        if (!first_key) header += ',';
-        first_key = false;
-        detail::append_json_string(header, key);
-        header += ':';
-        detail::append_json_string(header, value);
-      }
-      header += '}';
-    }
+    if (!metadata_.empty()) json["__metadata__"] = metadata_;
     std::size_t offset = 0;
-    for (const auto& [name, entry] : tensors_) {  // std::map: name order
-      separate();
-      detail::append_json_string(header, name);
-      header += ":{\"dtype\":\"" + to_string(entry.dtype) + "\",\"shape\":[";
-      for (std::size_t i = 0; i < entry.shape.size(); ++i) {
-        if (i != 0) header += ',';
-        header += std::to_string(entry.shape[i]);
-      }
-      header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
-                std::to_string(offset + entry.bytes.size()) + "]}";
+    for (const auto& [name, entry] : tensors_) {
+      nlohmann::ordered_json& t = json[name];
+      t["dtype"] = to_string(entry.dtype);
+      t["shape"] = entry.shape;
+      t["data_offsets"] = {offset, offset + entry.bytes.size()};
       offset += entry.bytes.size();
     }
-    header += '}';
+    std::string header = json.dump();  // compact; strings were checked to be valid UTF-8
     // The reference writer pads with spaces so that the data buffer starts 8-byte aligned.
     header.append((8 - header.size() % 8) % 8, ' ');
 
@@ -1015,8 +821,8 @@ class SafetensorsWriter {
                         " has a negative extent or too many elements");
     }
     if (static_cast<std::uint64_t>(*numel) != size) {
-      fail<shape_error>(api, "tensor \"", name, "\": ", size, " elements given for shape ",
-                        detail::format_shape(shape), " (", *numel, " elements)");
+      fail<shape_error>(api, "tensor \"", name, "\": ", size, " elements given for shape ", detail::format_shape(shape),
+                        " (", *numel, " elements)");
     }
   }
 
