@@ -11,6 +11,5 @@
 #include "models/mamba_lm.hpp"
 #include "models/perceiver_ar.hpp"
 #include "models/pha.hpp"
-#include "models/pre_norm_block.hpp"
 #include "models/stack.hpp"
 #include "models/transformer.hpp"

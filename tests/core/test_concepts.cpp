@@ -32,7 +32,7 @@ static_assert(core::TrainableBranch<FfnD>);
 static_assert(core::TrainableBranch<layers::RmsNorm<8, float, S>>);
 static_assert(core::TrainableBranch<layers::Rope<layers::RopeShape{2, 8, 8}, float, S>>);
 static_assert(core::TrainableBranch<layers::DualFfn<layers::dual_ffn(4, 8, 2), float, S>>);
-static_assert(!core::HasStep<LinearF> && core::PositionWise<LinearF> && core::DecodableBranch<LinearF>,
+static_assert(!core::Stateful<LinearF> && core::PositionWise<LinearF> && core::DecodableBranch<LinearF>,
               "position-wise: decodable without a state");
 static_assert(!core::DecodableBranch<ForwardOnly>, "no step() and not position-wise: not decodable");
 static_assert(core::Branch<ForwardOnly> && !core::TrainableBranch<ForwardOnly>);

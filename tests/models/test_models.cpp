@@ -7,6 +7,8 @@
 #include <boost/hana/for_each.hpp>
 #include <boost/hana/length.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
@@ -66,8 +68,8 @@ TEST_CASE("models: the PHA ablation grid is 35 distinct variants with distinct n
   int full = 0;
   hana::for_each(grid, [&](auto t) {
     using M = typename decltype(t)::type;
-    names.insert(M::layout.name());
-    if (M::layout.branches() == 3) ++full;
+    names.insert(M::name());
+    if (M::branches::size == 3) ++full;
   });
   CHECK(names.size() == 35);
   CHECK(full == 5);
@@ -75,6 +77,104 @@ TEST_CASE("models: the PHA ablation grid is 35 distinct variants with distinct n
   CHECK(names.count("pha[gss+ffn]") == 1);
   CHECK(names.count("pha[attn,seq]") == 1);
   CHECK(names.count("pha[no-norm,raw-softplus]") == 1);
+}
+
+TEST_CASE("models: a fourth branch kind in the list gives the 75-variant grid", "[models][host]") {
+  // The only change: the list names a fourth kind (cases::pha_four_branches).
+  constexpr auto grid = models::pha_ablations<11, cases::pha_tiny, float, Kokkos::Serial, cases::pha_four_branches>;
+  STATIC_REQUIRE(decltype(hana::length(grid))::value == 15 * 5);
+  std::set<std::string> names;
+  int with_window = 0;
+  hana::for_each(grid, [&](auto t) {
+    using M = typename decltype(t)::type;
+    names.insert(M::name());
+    if (M::name().find("swa") != std::string::npos) ++with_window;
+  });
+  CHECK(names.size() == 75);
+  CHECK(with_window == 8 * 5);  // the subsets holding the fourth kind
+  CHECK(names.count("pha[gss+attn+ffn+swa]") == 1);
+  CHECK(names.count("pha") == 1);  // the paper's three kinds are the paper's model, whatever list they came from
+  CHECK(names.count("pha[swa,seq]") == 1);
+  CHECK(names.count("pha[attn+swa,no-norm,raw-softplus]") == 1);
+}
+
+namespace {
+/// Sets every attention's max_cache and rope_base through a named model's options and checks
+/// that both arrive: decoding runs past the default 4096-position cache and matches the full
+/// forward there, the RoPE base reaches every attention (a base it refuses stops the build;
+/// with more than one rotary frequency it changes the logits), and the default model's
+/// refusal names an option the user can reach.
+template <class Model>
+void check_attention_options_reach(const char* model_name, bool rope_changes_logits) {
+  using Space = Kokkos::Serial;
+  constexpr int t = 4100, v = Model::vocab;
+  typename Model::Options o;
+  o.body.count = 1;
+  Model stock(o);
+  int reached = 0;
+  core::for_each_option<layers::AttentionOptions>(o, [&](auto& a) {
+    a.max_cache = 4200;
+    a.rope_base = 500.0;
+    ++reached;
+  });
+  REQUIRE(reached >= 1);
+  {
+    auto bad = o;
+    int k = 0;
+    core::for_each_option<layers::AttentionOptions>(bad, [&](auto& a) {
+      if (++k == reached) a.rope_base = 0.5;  // only the last attention of the model
+    });
+    REQUIRE_THROWS_WITH(Model(bad), "hybridseq::layers::Attention: rope_base must be > 1, got 0.5");
+  }
+  Model model(o);
+  core::initialize(stock, 3);
+  core::initialize(model, 3);
+  core::Workspace<Space> ws;
+
+  Tensor<std::int32_t**, Space> ids("ids", 1, t);
+  auto hi = Kokkos::create_mirror_view(ids);
+  for (int i = 0; i < t; ++i) hi(0, i) = std::int32_t((i * 7 + i / 5) % v);
+  Kokkos::deep_copy(ids, hi);
+  Tensor<float***, Space> full("full", 1, t, v);
+  model.logits(ws, ids, full);
+  Tensor<float***, Space> stock_full("stock_full", 1, t, v);
+  stock.logits(ws, ids, stock_full);
+
+  auto st = model.make_state(1);
+  const auto head = Kokkos::subview(ids, Kokkos::ALL, std::make_pair(0, t - 1));
+  const auto last = Kokkos::subview(ids, Kokkos::ALL, std::make_pair(t - 1, t));
+  Tensor<std::int32_t**, Space> prompt("prompt", 1, t - 1), next("next", 1, 1);
+  Kokkos::deep_copy(prompt, head);
+  Kokkos::deep_copy(next, last);
+  Tensor<float***, Space> out("out", 1, t - 1, v), step("step", 1, 1, v);
+  model.prefill(ws, st, prompt, out);
+  model.prefill(ws, st, next, step);  // position 4099: past the default capacity
+  const auto want = testing::to_vector(full), got = testing::to_vector(step), stock_want = testing::to_vector(stock_full);
+  double worst = 0, rope_effect = 0;
+  for (int c = 0; c < v; ++c) {
+    const std::size_t i = std::size_t(t - 1) * v + c;
+    worst = std::max(worst, double(std::abs(got[c] - want[i])));
+    rope_effect = std::max(rope_effect, double(std::abs(want[i] - stock_want[i])));
+  }
+  INFO(model_name << ": |decode − forward| " << worst << ", |rope_base 500 − 10000| " << rope_effect);
+  CHECK(worst < 2e-3);
+  if (rope_changes_logits) CHECK(rope_effect > 1e-4);
+  CHECK(st.length == t);
+
+  auto stock_state = stock.make_state(1);
+  Tensor<float***, Space> all("all", 1, t, v);
+  REQUIRE_THROWS_WITH(stock.prefill(ws, stock_state, ids, all),
+                      Catch::Contains("KV cache holds 4096 positions") &&
+                          Catch::Contains("hybridseq::core::for_each_option<hybridseq::layers::AttentionOptions>"));
+}
+}  // namespace
+
+TEST_CASE("models: attention max_cache and rope_base reach every attention of a Transformer, a Stack and a PHA",
+          "[models][host][options]") {
+  // Cooper's TF layer rotates 2 dims of each head: one frequency, base^0 = 1 whatever the base.
+  check_attention_options_reach<cases::TransformerTiny<float, Kokkos::Serial>>("Transformer", false);
+  check_attention_options_reach<cases::HybridTiny<float, Kokkos::Serial>>("Stack [SSM, TF, TF]", false);
+  check_attention_options_reach<cases::PhaTiny::Layer<float, Kokkos::Serial>>("PHA", true);
 }
 
 TEST_CASE("models: PHA sets DeepNorm's alpha from its depth; beta-init scales V, W_o and FFNs", "[models][host]") {
@@ -85,8 +185,8 @@ TEST_CASE("models: PHA sets DeepNorm's alpha from its depth; beta-init scales V,
   o.beta_init = true;
   Pha scaled(o);
   CHECK(plain.body()[0].alpha() == Approx(std::pow(6.0, 0.25)));
-  plain.initialize(5);
-  scaled.initialize(5);
+  core::initialize(plain, 5);  // β-init runs through the model's after_initialize hook
+  core::initialize(scaled, 5);
   const double beta = std::pow(24.0, -0.25);
   std::vector<std::pair<std::string, double>> ratios;
   std::vector<std::vector<double>> a;
@@ -113,9 +213,44 @@ HYBRIDSEQ_SPACE_TEST_CASE("models: PHA mixing weights start equal and are readab
   typename cases::PhaTiny::Layer<double, TestType>::Options o;
   o.body.count = 2;
   cases::PhaTiny::Layer<double, TestType> m(o);
-  m.initialize(1);
+  core::initialize(m, 1);
   for (int l = 0; l < 2; ++l) {
     const auto w = m.body()[l].block().mixing_weights();
     for (double x : w) CHECK(x == Approx(1.0 / 3.0));
   }
+}
+
+TEST_CASE("models: describe() prints a PHA and an ECP model with their parameter counts", "[models][host]") {
+  const auto check = [](auto& model) {
+    const std::string text = core::describe(model);
+    INFO(text);
+    const auto tree = core::summarize(model);
+    REQUIRE(!tree.empty());
+    CHECK(tree.front().parameter_count == core::parameter_count(model));
+    CHECK(text.ends_with("total  params=" + std::to_string(core::parameter_count(model)) + "\n"));
+    std::int64_t own = 0;  // every parameter is listed once, under the module that owns it
+    for (const auto& s : tree)
+      for (const auto& [name, shape] : s.parameters) {
+        std::int64_t n = 1;
+        for (auto e : shape) n *= e;
+        own += n;
+      }
+    CHECK(own == core::parameter_count(model));
+    return text;
+  };
+  typename cases::PhaTiny::Layer<float, Kokkos::Serial>::Options po;
+  po.body.count = 2;
+  cases::PhaTiny::Layer<float, Kokkos::Serial> pha(po);
+  const std::string p = check(pha);
+  CHECK(p.starts_with("Pha  params=" + std::to_string(core::parameter_count(pha)) +
+                      "\n  embed  Embedding  weight (11, 8)  params=88\n"));
+  CHECK(p.find("\n            body.1.block.1.0.wqkv  Linear  weight (16, 8)  params=128\n") != std::string::npos);
+
+  using Ecp = models::Ecp<11, models::EcpShape{8, 2, 4, 4, 32}, float, Kokkos::Serial>;
+  typename Ecp::Options eo;
+  eo.body.count = 2;
+  Ecp ecp(eo);
+  const std::string e = check(ecp);
+  CHECK(e.starts_with("Ecp  params=" + std::to_string(core::parameter_count(ecp)) + "\n"));
+  CHECK(e.find("\n        body.0.attn.block  EcpAttention  params=264\n") != std::string::npos);
 }

@@ -17,7 +17,9 @@
 #include "../core/concepts.hpp"
 #include "../core/decoding.hpp"
 #include "../core/flat_tuple.hpp"
+#include "../core/options.hpp"
 #include "../core/workspace.hpp"
+#include "named.hpp"
 
 namespace hybridseq::compose {
 
@@ -58,14 +60,36 @@ class ParallelBlock {
   static constexpr int d_out = First::d_out;
   static constexpr int arity = N;
 
-  struct Options {};
+  /// One Options per branch (in order) and the mixer's.
+  struct Options {
+    core::FlatTuple<core::options_t<Branches>...> branches{};
+    core::options_t<Mixer> mixer{};
+
+    template <std::size_t I>
+    auto& branch() {
+      return core::get<I>(branches);
+    }
+    template <std::size_t I>
+    const auto& branch() const {
+      return core::get<I>(branches);
+    }
+    template <class F>
+    void for_each_child(F&& f) {
+      core::for_each(branches, f);
+      f(mixer);
+    }
+  };
   struct Saved {
     core::FlatTuple<typename Branches::Saved...> branch;
     std::array<Tensor<T***, Space>, N> h;  // branch outputs (B, T, D)
     typename Mixer::Saved mix;
   };
 
-  explicit ParallelBlock(const Options& = {}) {}
+  explicit ParallelBlock(const Options& o = {})
+      : branches_(core::generate_flat_tuple<Branches...>([&](auto i) {
+          return core::construct<core::element_t<i, core::FlatTuple<Branches...>>>(core::get<i>(o.branches));
+        })),
+        mixer_(core::construct<Mixer>(o.mixer)) {}
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
     core::check_shape("hybridseq::compose::ParallelBlock::forward", "x", x, core::B, core::T, core::dim(d_in));
@@ -84,18 +108,14 @@ class ParallelBlock {
     core::for_each_indexed(branches_, [&](auto& branch, auto i) { branch.backward(ws, core::get<i>(s.branch), dh[i], dx); });
   }
 
-  // ---- decoding: available when every branch decodes ----
+  // ---- decoding: available when every branch decodes; one state per branch ----
   static constexpr bool decodable = (core::DecodableBranch<Branches> && ...);
-  struct State {
-    core::FlatTuple<core::state_t<Branches>...> branch;
-  };
+  using State = core::states_t<Branches...>;
 
   State make_state(int batch) const
     requires decodable
   {
-    State st;
-    core::for_each_indexed(branches_, [&](const auto& b, auto i) { core::get<i>(st.branch) = core::make_state(b, batch); });
-    return st;
+    return core::make_states(branches_, batch);
   }
 
   /// Continues every branch from its state on x (B, T, D) and mixes: y (B, T, D).
@@ -106,35 +126,27 @@ class ParallelBlock {
     std::array<Tensor<T***, Space>, N> h;
     core::for_each_indexed(branches_, [&](const auto& branch, auto i) {
       h[i] = ws.template allocate<T***>("parallel_block.h", x.extent(0), x.extent(1), d_out);
-      core::prefill(branch, ws, core::get<i>(st.branch), x, h[i]);
+      core::prefill(branch, ws, core::get<i>(st), x, h[i]);
     });
     typename Mixer::Saved unused;
     mixer_.forward(h, y, unused);
   }
-  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
-    requires decodable
-  {
-    prefill(ws, st, x, y);
-  }
   State snapshot(const State& st) const
     requires decodable
   {
-    State out;
-    core::for_each_indexed(branches_, [&](const auto& b, auto i) {
-      core::get<i>(out.branch) = core::snapshot(b, core::get<i>(st.branch));
-    });
-    return out;
+    return core::snapshot_states(branches_, st);
   }
   void restore(State& st, const State& snap) const
     requires decodable
   {
-    core::for_each_indexed(branches_,
-                           [&](const auto& b, auto i) { core::restore(b, core::get<i>(st.branch), core::get<i>(snap.branch)); });
+    core::restore_states(branches_, st, snap);
   }
 
   template <class Visit>
   void visit_parameters(Visit&& visit) {
-    core::for_each_indexed(branches_, [&](auto& branch, auto i) { visit(std::to_string(i()), branch); });
+    core::for_each_indexed(branches_, [&](auto& branch, auto i) {
+      visit(child_name<std::remove_cvref_t<decltype(branch)>>(i), branch);
+    });
     visit("mixer", mixer_);
   }
 
@@ -143,6 +155,10 @@ class ParallelBlock {
 
   template <std::size_t I>
   auto& branch() {
+    return core::get<I>(branches_);
+  }
+  template <std::size_t I>
+  const auto& branch() const {
     return core::get<I>(branches_);
   }
 

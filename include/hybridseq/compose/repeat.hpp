@@ -10,6 +10,7 @@
 #include "../core/concepts.hpp"
 #include "../core/decoding.hpp"
 #include "../core/error.hpp"
+#include "../core/options.hpp"
 #include "../core/workspace.hpp"
 
 namespace hybridseq::compose {
@@ -27,9 +28,15 @@ class Repeat {
   static constexpr int d_in = Block::d_in;
   static constexpr int d_out = Block::d_out;
 
+  /// The depth and the options every copy is built from.
   struct Options {
     int count = 1;
-    typename Block::Options block{};
+    core::options_t<Block> block{};
+
+    template <class F>
+    void for_each_child(F&& f) {
+      f(block);
+    }
   };
   struct Saved {
     std::vector<typename Block::Saved> block;
@@ -39,7 +46,7 @@ class Repeat {
   explicit Repeat(const Options& o = {}) {
     if (o.count < 1) fail<value_error>("hybridseq::compose::Repeat", "count must be >= 1, got ", o.count);
     blocks_.reserve(o.count);
-    for (int i = 0; i < o.count; ++i) blocks_.emplace_back(o.block);
+    for (int i = 0; i < o.count; ++i) blocks_.push_back(core::construct<Block>(o.block));
   }
 
   int size() const { return int(blocks_.size()); }
@@ -92,11 +99,6 @@ class Repeat {
       core::prefill(blocks_[i], ws, st.block[i], in, out);
       in = out;
     }
-  }
-  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
-    requires decodable
-  {
-    prefill(ws, st, x, y);
   }
   State snapshot(const State& st) const
     requires decodable

@@ -15,6 +15,8 @@
 #include "../core/check.hpp"
 #include "../core/concepts.hpp"
 #include "../core/decoding.hpp"
+#include "../core/error.hpp"
+#include "../core/options.hpp"
 #include "../core/workspace.hpp"
 
 namespace hybridseq::compose {
@@ -43,39 +45,97 @@ constexpr bool residual_compatible() {
                 "hybridseq::compose: the block and its norm must share scalar type and execution space");
   return true;
 }
-}  // namespace detail
 
+/// What both residual forms share: the options (α, the block's, the norm's), the children,
+/// and decoding, whose state is the block's (the norm is position-wise).
 template <class Block, class Norm>
-class PreNormResidual {
-  static_assert(detail::residual_compatible<Block, Norm>());
+class ResidualParts {
+  static_assert(residual_compatible<Block, Norm>());
 
  public:
   using scalar_type = typename Block::scalar_type;
   using execution_space = typename Block::execution_space;
-  using T = scalar_type;
-  using Space = execution_space;
   static constexpr int d_in = Block::d_in;
   static constexpr int d_out = Block::d_out;
 
   struct Options {
-    double alpha = 1.0;  // residual scale
-    typename Block::Options block{};
-    typename Norm::Options norm{};
+    double alpha = 1.0;  // residual scale (deepnorm_alpha(L) for DeepNorm)
+    core::options_t<Block> block{};
+    core::options_t<Norm> norm{};
+
+    template <class F>
+    void for_each_child(F&& f) {
+      f(block);
+      f(norm);
+    }
   };
+
+  static constexpr bool decodable = core::DecodableBranch<Block> && core::DecodableBranch<Norm>;
+  using State = core::state_t<Block>;
+
+  State make_state(int batch) const
+    requires decodable
+  {
+    return core::make_state(block_, batch);
+  }
+  State snapshot(const State& st) const
+    requires decodable
+  {
+    return core::snapshot(block_, st);
+  }
+  void restore(State& st, const State& snap) const
+    requires decodable
+  {
+    core::restore(block_, st, snap);
+  }
+
+  Block& block() { return block_; }
+  const Block& block() const { return block_; }
+  double alpha() const { return alpha_; }
+
+ protected:
+  ResidualParts(const Options& o, const char* api)
+      : api_(api), block_(core::construct<Block>(o.block)), norm_(core::construct<Norm>(o.norm)) {
+    set_alpha(o.alpha);
+  }
+
+ public:
+  void set_alpha(double alpha) {
+    if (!(alpha > 0) || !std::isfinite(alpha)) fail<value_error>(api_, "alpha must be finite and > 0, got ", alpha);
+    alpha_ = alpha;
+  }
+
+ protected:
+  const char* api_;
+  double alpha_ = 1.0;
+  Block block_;
+  Norm norm_;
+};
+}  // namespace detail
+
+/// y = α·x + Block(Norm(x)).
+template <class Block, class Norm>
+class PreNormResidual : public detail::ResidualParts<Block, Norm> {
+  using Parts = detail::ResidualParts<Block, Norm>;
+  using Parts::alpha_;
+  using Parts::block_;
+  using Parts::norm_;
+
+ public:
+  using T = typename Parts::scalar_type;
+  using Space = typename Parts::execution_space;
+  using Options = typename Parts::Options;
+  using Parts::d_in;
+  using Parts::decodable;
+  using State = typename Parts::State;
+
   struct Saved {
     typename Norm::Saved norm;
     Tensor<T***, Space> normed;  // (B, T, D)
     typename Block::Saved block;
   };
 
-  explicit PreNormResidual(const Options& o = {}) : norm_(o.norm), block_(o.block) { set_alpha(o.alpha); }
-
-  void set_alpha(double alpha) {
-    if (!(alpha > 0) || !std::isfinite(alpha))
-      fail<value_error>("hybridseq::compose::PreNormResidual", "alpha must be finite and > 0, got ", alpha);
-    alpha_ = alpha;
-  }
-  double alpha() const { return alpha_; }
+  explicit PreNormResidual(const Options& o = {}) : Parts(o, "hybridseq::compose::PreNormResidual") {}
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
     s.normed = ws.template allocate<T***>("residual.normed", x.extent(0), x.extent(1), d_in);
@@ -92,15 +152,6 @@ class PreNormResidual {
     detail::add_scaled<T, Space>(dx, T(alpha_), dy);
   }
 
-  // ---- decoding: available when the block decodes ----
-  static constexpr bool decodable = core::DecodableBranch<Block> && core::DecodableBranch<Norm>;
-  using State = core::state_t<Block>;
-
-  State make_state(int batch) const
-    requires decodable
-  {
-    return core::make_state(block_, batch);
-  }
   void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
     requires decodable
   {
@@ -111,65 +162,37 @@ class PreNormResidual {
     core::prefill(block_, ws, st, normed, y);
     detail::add_scaled<T, Space>(y, T(alpha_), x);
   }
-  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
-    requires decodable
-  {
-    prefill(ws, st, x, y);
-  }
-  State snapshot(const State& st) const
-    requires decodable
-  {
-    return core::snapshot(block_, st);
-  }
-  void restore(State& st, const State& snap) const
-    requires decodable
-  {
-    core::restore(block_, st, snap);
-  }
 
   template <class Visit>
   void visit_parameters(Visit&& visit) {
     visit("norm", norm_);
     visit("block", block_);
   }
-  Block& block() { return block_; }
-
- private:
-  double alpha_ = 1.0;
-  Norm norm_;
-  Block block_;
 };
 
+/// y = Norm(α·x + Block(x)).
 template <class Block, class Norm>
-class DeepNorm {
-  static_assert(detail::residual_compatible<Block, Norm>());
+class DeepNorm : public detail::ResidualParts<Block, Norm> {
+  using Parts = detail::ResidualParts<Block, Norm>;
+  using Parts::alpha_;
+  using Parts::block_;
+  using Parts::norm_;
 
  public:
-  using scalar_type = typename Block::scalar_type;
-  using execution_space = typename Block::execution_space;
-  using T = scalar_type;
-  using Space = execution_space;
-  static constexpr int d_in = Block::d_in;
-  static constexpr int d_out = Block::d_out;
+  using T = typename Parts::scalar_type;
+  using Space = typename Parts::execution_space;
+  using Options = typename Parts::Options;
+  using Parts::d_in;
+  using Parts::decodable;
+  using State = typename Parts::State;
 
-  struct Options {
-    double alpha = 1.0;  // deepnorm_alpha(L)
-    typename Block::Options block{};
-    typename Norm::Options norm{};
-  };
   struct Saved {
     typename Block::Saved block;
     Tensor<T***, Space> z;  // α·x + f(x)
     typename Norm::Saved norm;
   };
 
-  explicit DeepNorm(const Options& o = {}) : block_(o.block), norm_(o.norm) { set_alpha(o.alpha); }
-
-  void set_alpha(double alpha) {
-    if (!(alpha > 0) || !std::isfinite(alpha))
-      fail<value_error>("hybridseq::compose::DeepNorm", "alpha must be finite and > 0, got ", alpha);
-    alpha_ = alpha;
-  }
+  explicit DeepNorm(const Options& o = {}) : Parts(o, "hybridseq::compose::DeepNorm") {}
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
     s.z = ws.template allocate<T***>("deepnorm.z", x.extent(0), x.extent(1), d_in);
@@ -186,15 +209,6 @@ class DeepNorm {
     detail::add_scaled<T, Space>(dx, T(alpha_), dz);
   }
 
-  // ---- decoding: available when the block decodes ----
-  static constexpr bool decodable = core::DecodableBranch<Block> && core::DecodableBranch<Norm>;
-  using State = core::state_t<Block>;
-
-  State make_state(int batch) const
-    requires decodable
-  {
-    return core::make_state(block_, batch);
-  }
   void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
     requires decodable
   {
@@ -205,34 +219,12 @@ class DeepNorm {
     core::NoState none;
     core::prefill(norm_, ws, none, z, y);
   }
-  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
-    requires decodable
-  {
-    prefill(ws, st, x, y);
-  }
-  State snapshot(const State& st) const
-    requires decodable
-  {
-    return core::snapshot(block_, st);
-  }
-  void restore(State& st, const State& snap) const
-    requires decodable
-  {
-    core::restore(block_, st, snap);
-  }
 
   template <class Visit>
   void visit_parameters(Visit&& visit) {
     visit("block", block_);
     visit("norm", norm_);
   }
-  Block& block() { return block_; }
-  double alpha() const { return alpha_; }
-
- private:
-  double alpha_ = 1.0;
-  Block block_;
-  Norm norm_;
 };
 
 }  // namespace hybridseq::compose

@@ -11,7 +11,9 @@
 #include "../core/concepts.hpp"
 #include "../core/decoding.hpp"
 #include "../core/flat_tuple.hpp"
+#include "../core/options.hpp"
 #include "../core/workspace.hpp"
+#include "named.hpp"
 
 namespace hybridseq::compose {
 
@@ -44,13 +46,31 @@ class SequentialBlock {
   static constexpr int d_in = First::d_in;
   static constexpr int d_out = Last::d_out;
 
-  struct Options {};
+  /// One Options per layer, in order.
+  struct Options {
+    core::FlatTuple<core::options_t<Layers>...> layers{};
+
+    template <std::size_t I>
+    auto& layer() {
+      return core::get<I>(layers);
+    }
+    template <std::size_t I>
+    const auto& layer() const {
+      return core::get<I>(layers);
+    }
+    template <class F>
+    void for_each_child(F&& f) {
+      core::for_each(layers, f);
+    }
+  };
   struct Saved {
     core::FlatTuple<typename Layers::Saved...> layer;
     std::array<Tensor<T***, Space>, N> out;  // intermediate outputs; out[N−1] is y's view
   };
 
-  explicit SequentialBlock(const Options& = {}) {}
+  explicit SequentialBlock(const Options& o = {})
+      : layers_(core::generate_flat_tuple<Layers...>(
+            [&](auto i) { return core::construct<core::element_t<i, Tuple>>(core::get<i>(o.layers)); })) {}
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
     Tensor<const T***, Space> in = x;
@@ -69,18 +89,14 @@ class SequentialBlock {
     backward_from<N - 1>(ws, s, grad, dx);
   }
 
-  // ---- decoding: available when every layer decodes ----
+  // ---- decoding: available when every layer decodes; one state per layer ----
   static constexpr bool decodable = (core::DecodableBranch<Layers> && ...);
-  struct State {
-    core::FlatTuple<core::state_t<Layers>...> layer;
-  };
+  using State = core::states_t<Layers...>;
 
   State make_state(int batch) const
     requires decodable
   {
-    State st;
-    core::for_each_indexed(layers_, [&](const auto& l, auto i) { core::get<i>(st.layer) = core::make_state(l, batch); });
-    return st;
+    return core::make_states(layers_, batch);
   }
   void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
     requires decodable
@@ -91,34 +107,35 @@ class SequentialBlock {
       using L = std::remove_cvref_t<decltype(layer)>;
       Tensor<T***, Space> out = y;
       if constexpr (i() + 1 < N) out = ws.template allocate<T***>("sequential_block.out", x.extent(0), x.extent(1), L::d_out);
-      core::prefill(layer, ws, core::get<i>(st.layer), in, out);
+      core::prefill(layer, ws, core::get<i>(st), in, out);
       in = out;
     });
-  }
-  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
-    requires decodable
-  {
-    prefill(ws, st, x, y);
   }
   State snapshot(const State& st) const
     requires decodable
   {
-    State out;
-    core::for_each_indexed(layers_, [&](const auto& l, auto i) {
-      core::get<i>(out.layer) = core::snapshot(l, core::get<i>(st.layer));
-    });
-    return out;
+    return core::snapshot_states(layers_, st);
   }
   void restore(State& st, const State& snap) const
     requires decodable
   {
-    core::for_each_indexed(layers_,
-                           [&](const auto& l, auto i) { core::restore(l, core::get<i>(st.layer), core::get<i>(snap.layer)); });
+    core::restore_states(layers_, st, snap);
   }
 
   template <class Visit>
   void visit_parameters(Visit&& visit) {
-    core::for_each_indexed(layers_, [&](auto& layer, auto i) { visit(std::to_string(i()), layer); });
+    core::for_each_indexed(layers_, [&](auto& layer, auto i) {
+      visit(child_name<std::remove_cvref_t<decltype(layer)>>(i), layer);
+    });
+  }
+
+  template <std::size_t I>
+  auto& layer() {
+    return core::get<I>(layers_);
+  }
+  template <std::size_t I>
+  const auto& layer() const {
+    return core::get<I>(layers_);
   }
 
  private:

@@ -50,14 +50,23 @@ template <class L>
 concept HasBackward = requires(L& l, detail::Ws<L>& ws, const typename L::Saved& saved,
                                detail::In<L> dy, detail::Out<L> dx) { l.backward(ws, saved, dy, dx); };
 
+/// Carries a per-sequence decoding state: `make_state(batch)`, `prefill` (any T, continuing
+/// from the state; T = 1 is one decoding step), `snapshot` and `restore`.
 template <class L>
-concept HasStep = requires(const L& l, detail::Ws<L>& ws, typename L::State& state,
-                           detail::In<L> x, detail::Out<L> y) {
+concept Stateful = requires(const L& l, detail::Ws<L>& ws, typename L::State& state, const typename L::State& snap,
+                            detail::In<L> x, detail::Out<L> y) {
   typename L::State;
   { l.make_state(1) } -> std::same_as<typename L::State>;
   l.prefill(ws, state, x, y);
-  l.step(ws, state, x, y);
+  { l.snapshot(snap) } -> std::same_as<typename L::State>;
+  l.restore(state, snap);
 };
+
+/// A one-token path beside prefill, where a layer really has a faster one (Mamba's and GSS's
+/// recurrent update); core::prefill takes it for T = 1.
+template <class L>
+concept HasStepPath = Stateful<L> && requires(const L& l, detail::Ws<L>& ws, typename L::State& state,
+                                              detail::In<L> x, detail::Out<L> y) { l.step(ws, state, x, y); };
 
 /// Position-wise layers (norms, linear maps, FFNs) carry no state across time: decoding
 /// them is their forward on the new tokens. They say so with `position_wise = true`.
@@ -74,10 +83,10 @@ concept Branch = Module<L> && HasWidths<L> && requires { typename L::Saved; } &&
 template <class L>
 concept TrainableBranch = Branch<L> && HasBackward<L> && HasParameters<L>;
 
-/// A branch that can decode token by token: it carries a per-sequence `State` (make_state,
-/// prefill, step), or it is position-wise and needs none.
+/// A branch that can decode token by token: it carries a per-sequence `State` (Stateful), or
+/// it is position-wise and needs none.
 template <class L>
-concept DecodableBranch = Branch<L> && (HasStep<L> || PositionWise<L>);
+concept DecodableBranch = Branch<L> && (Stateful<L> || PositionWise<L>);
 
 /// Combines `arity` branch outputs of width `d` into one (B, T, d) tensor, with backward.
 template <class M>
@@ -111,9 +120,9 @@ template <class L>
 consteval bool require_decodable_branch() {
   static_assert(Branch<L>, "hybridseq: decoding needs a Branch (scalar_type, execution_space, "
                            "d_in/d_out, Saved, forward)");
-  static_assert(HasStep<L> || PositionWise<L>,
-                "hybridseq: this branch has no step(Workspace&, State&, x, y), prefill and "
-                "make_state(batch), and is not position-wise, so it cannot be decoded token by token");
+  static_assert(Stateful<L> || PositionWise<L>,
+                "hybridseq: this branch has no make_state(batch), prefill(Workspace&, State&, x, y), "
+                "snapshot and restore, and is not position-wise, so it cannot be decoded token by token");
   return true;
 }
 

@@ -8,12 +8,14 @@
 ///   auto snap = core::snapshot(layer, st);  core::restore(layer, st, snap);
 ///
 /// A stateful layer (attention's KV cache, Mamba's conv window and scan state, GSS's modal
-/// state) provides make_state / prefill / step / snapshot / restore itself; a position-wise
-/// layer decodes by its forward on the new tokens.
+/// state) provides make_state / prefill / snapshot / restore itself (and `step` where it has
+/// a faster one-token path); a position-wise layer decodes by its forward on the new tokens.
+/// Compositions fan the protocol over their children with the *_states helpers below.
 
 #include <type_traits>
 
 #include "concepts.hpp"
+#include "flat_tuple.hpp"
 #include "workspace.hpp"
 
 namespace hybridseq::core {
@@ -26,7 +28,7 @@ template <class L>
 struct state_of {
   using type = NoState;
 };
-template <HasStep L>
+template <Stateful L>
 struct state_of<L> {
   using type = typename L::State;
 };
@@ -38,7 +40,7 @@ using state_t = typename detail::state_of<L>::type;
 
 template <DecodableBranch L>
 state_t<L> make_state(const L& layer, int batch) {
-  if constexpr (HasStep<L>) return layer.make_state(batch);
+  if constexpr (Stateful<L>) return layer.make_state(batch);
   else return NoState{};
 }
 
@@ -48,9 +50,11 @@ template <DecodableBranch L>
 void prefill(const L& layer, Workspace<typename L::execution_space>& ws, state_t<L>& state,
              Tensor<const typename L::scalar_type***, typename L::execution_space> x,
              Tensor<typename L::scalar_type***, typename L::execution_space> y) {
-  if constexpr (HasStep<L>) {
+  if constexpr (HasStepPath<L>) {
     if (x.extent(1) == 1) layer.step(ws, state, x, y);
     else layer.prefill(ws, state, x, y);
+  } else if constexpr (Stateful<L>) {
+    layer.prefill(ws, state, x, y);
   } else {
     WorkspaceScope scope(ws);  // what forward saves for backward is dropped at once
     typename L::Saved saved;
@@ -61,14 +65,39 @@ void prefill(const L& layer, Workspace<typename L::execution_space>& ws, state_t
 /// An independent deep copy of a state.
 template <DecodableBranch L>
 state_t<L> snapshot(const L& layer, const state_t<L>& state) {
-  if constexpr (HasStep<L>) return layer.snapshot(state);
+  if constexpr (Stateful<L>) return layer.snapshot(state);
   else return NoState{};
 }
 
 /// Overwrites `state` with `snap` (same batch).
 template <DecodableBranch L>
 void restore(const L& layer, state_t<L>& state, const state_t<L>& snap) {
-  if constexpr (HasStep<L>) layer.restore(state, snap);
+  if constexpr (Stateful<L>) layer.restore(state, snap);
+}
+
+// ---- the protocol fanned over a composition's children (a FlatTuple of layers) ----
+
+/// One state per child.
+template <class... Ls>
+using states_t = FlatTuple<state_t<Ls>...>;
+
+template <class... Ls>
+states_t<Ls...> make_states(const FlatTuple<Ls...>& children, int batch) {
+  states_t<Ls...> st;
+  for_each_indexed(children, [&](const auto& child, auto i) { get<i>(st) = make_state(child, batch); });
+  return st;
+}
+
+template <class... Ls>
+states_t<Ls...> snapshot_states(const FlatTuple<Ls...>& children, const states_t<Ls...>& st) {
+  states_t<Ls...> out;
+  for_each_indexed(children, [&](const auto& child, auto i) { get<i>(out) = snapshot(child, get<i>(st)); });
+  return out;
+}
+
+template <class... Ls>
+void restore_states(const FlatTuple<Ls...>& children, states_t<Ls...>& st, const states_t<Ls...>& snap) {
+  for_each_indexed(children, [&](const auto& child, auto i) { restore(child, get<i>(st), get<i>(snap)); });
 }
 
 }  // namespace hybridseq::core

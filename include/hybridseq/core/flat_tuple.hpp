@@ -51,6 +51,15 @@ constexpr const auto& get(const FlatTuple<Ts...>& t) noexcept {
   return detail::leaf_get<I>(t);
 }
 
+/// A FlatTuple whose I-th element is the prvalue `make(std::integral_constant<size_t, I>{})`
+/// (built in place: elements need be neither copyable nor movable).
+template <class... Ts, class Make>
+constexpr FlatTuple<Ts...> generate_flat_tuple(Make&& make) {
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return FlatTuple<Ts...>{{detail::Leaf<I, Ts>{make(std::integral_constant<std::size_t, I>{})}...}};
+  }(std::index_sequence_for<Ts...>{});
+}
+
 /// The I-th element type.
 template <std::size_t I, class Tuple>
 using element_t = decltype(detail::leaf_type<I>(std::declval<const Tuple&>()));

@@ -73,7 +73,6 @@ class Parameter {
   std::int64_t numel() const { return static_cast<std::int64_t>(value_.extent(0)); }
   Role role() const { return role_; }
   const Init& init() const { return init_; }
-  void set_init(const Init& init) { init_ = init; }
 
  private:
   template <class DataType>
@@ -171,12 +170,17 @@ void zero_grad(Module& module) {
 
 /// Initialises every parameter from its `Init`, with a random stream derived from its dotted
 /// name: the same seed gives the same parameters on every execution space, and adding a
-/// parameter elsewhere in the model does not change the others.
+/// parameter elsewhere in the model does not change the others. Then every module with an
+/// `after_initialize()` hook runs it (e.g. PHA's DeepNorm β-init), so no initialisation step
+/// can be skipped by calling this one entry point.
 template <class Module>
 void initialize(Module& module, std::uint64_t seed) {
   for_each_parameter(module, [&](std::string_view name, auto& p) {
     using P = std::remove_reference_t<decltype(p)>;
     fill(typename P::execution_space{}, p.value(), p.init(), seed, stream_of(name));
+  });
+  for_each_module(module, [](std::string_view, auto& m) {
+    if constexpr (requires { m.after_initialize(); }) m.after_initialize();
   });
 }
 

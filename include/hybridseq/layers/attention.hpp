@@ -30,6 +30,20 @@ namespace schemes = kernels::attention;
 enum class Score { dot, cosine };
 enum class HeadMerge { concat, sum };
 
+/// Runtime options of every attention layer (one type, so that one call reaches each
+/// attention of a model: core::for_each_option<layers::AttentionOptions>(model_options, f)).
+struct AttentionOptions {
+  double init_std = 0.02;
+  double out_init_std = 0.02;
+  double rope_base = 10000.0;
+  std::int64_t max_cache = 4096;  // decoding: KV-cache capacity per sequence
+};
+
+/// The hint every "KV cache full" error gives: how to raise the capacity from any model.
+inline constexpr const char* raise_max_cache_hint =
+    "raise AttentionOptions::max_cache, e.g. for every attention of a model: "
+    "hybridseq::core::for_each_option<hybridseq::layers::AttentionOptions>(options, [](auto& a) { a.max_cache = n; })";
+
 /// Compile-time shape of an attention branch.
 struct AttentionShape {
   int d_model;
@@ -106,12 +120,7 @@ class Attention {
   static constexpr int d_out = S.d_model;
   static constexpr AttentionShape shape = S;
 
-  struct Options {
-    double init_std = 0.02;
-    double out_init_std = 0.02;
-    double rope_base = 10000.0;
-    std::int64_t max_cache = 4096;  // decoding: KV-cache capacity per sequence
-  };
+  using Options = AttentionOptions;
 
   struct Saved {
     typename Qkv::Saved qkv_in;
@@ -248,11 +257,6 @@ class Attention {
     state.length += std::int64_t(x.extent(1));
   }
 
-  /// One token: x, y (B, 1, D).
-  void step(core::Workspace<Space>& ws, State& state, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
-    prefill(ws, state, x, y);
-  }
-
   /// Rolls the sequence back to its first `length` positions.
   void truncate(State& state, std::int64_t length) const {
     if (length < 0 || length > state.length)
@@ -314,7 +318,7 @@ class Attention {
     const std::int64_t b = x.extent(0), t = x.extent(1), p = state.length;
     if (p + t > std::int64_t(state.k.extent(1)))
       fail<config_error>(api, "KV cache holds ", state.k.extent(1), " positions; ", p, " used + ", t,
-                         " new exceeds it (raise Options::max_cache)");
+                         " new exceeds it (", raise_max_cache_hint, ")");
     s.qkv = ws.template allocate<T***>("attention.qkv", b, t, rows_qkv);
     wqkv_.forward(ws, x, s.qkv, s.qkv_in);
     position_heads(ws, s.qkv, p, s);

@@ -34,7 +34,7 @@
 #include "../layers/layer_norm.hpp"
 #include "double_attention.hpp"
 #include "language_model.hpp"
-#include "pre_norm_block.hpp"
+#include "../compose/pre_norm_block.hpp"
 
 namespace hybridseq::models {
 
@@ -146,6 +146,13 @@ class CompressedDoubleBlock {
     typename Ffn::Options ffn{};
     typename Norm::Options norm{};
     double compress_init_std = 1.0 / std::sqrt(double(Hist));
+
+    template <class F>
+    void for_each_child(F&& f) {
+      f(attention);
+      f(ffn);
+      f(norm);
+    }
   };
   struct Saved {
     Tensor<const T***, Space> x;  // (B, n, D)
@@ -264,6 +271,12 @@ class CompressedDoubleBody {
     int later_layers = 1;  // L − 1
     typename First::Options first{};
     typename Block::Options block{};
+
+    template <class F>
+    void for_each_child(F&& f) {
+      f(first);
+      f(block);
+    }
   };
   struct Saved {
     typename First::Saved first;

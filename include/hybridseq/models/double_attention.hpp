@@ -42,7 +42,7 @@
 #include "../layers/layer_norm.hpp"
 #include "../layers/linear.hpp"
 #include "language_model.hpp"
-#include "pre_norm_block.hpp"
+#include "../compose/pre_norm_block.hpp"
 
 namespace hybridseq::models {
 
@@ -74,11 +74,7 @@ class DoubleAttention {
   static constexpr int d_out = A.d_model;
   static constexpr int latents = M;
 
-  struct Options {
-    double init_std = 0.02;
-    double out_init_std = 0.02;
-    double rope_base = 10000.0;
-  };
+  using Options = layers::AttentionOptions;  // max_cache unused: Double Attention does not decode
   struct Saved {
     typename Qkv::Saved qkv_in;
     Tensor<T***, Space> qkv;      // (B, n, R) after RoPE
@@ -255,7 +251,7 @@ class DoubleAttentionBody {
   static constexpr int d_in = S.d_model;
   static constexpr int d_out = S.d_model;
   using Attn = DoubleAttention<detail::double_attention_shape<S>, detail::double_history_scheme<S>, M, T, Space>;
-  using Block = PreNormBlock<Attn,
+  using Block = compose::PreNormBlock<Attn,
                              layers::Ffn<layers::FfnShape{S.d_model, S.ffn, layers::FfnKind::mlp, true,
                                                           layers::Activation::gelu},
                                          T, Space>,
@@ -302,7 +298,7 @@ class DoubleAttentionBody {
 
 /// The Double Attention (split = 0) or s-Split Double Attention (split = S) language model:
 ///
-///   ids (B, n) → E[ids] → blocks ×L (each PreNormBlock<DoubleAttention, FF>) → rows n−M.. →
+///   ids (B, n) → E[ids] → blocks ×L (each compose::PreNormBlock<DoubleAttention, FF>) → rows n−M.. →
 ///   LN → head
 ///
 /// Loss: mean cross-entropy of the last M targets (targets (B, n); the history's are ignored).

@@ -53,7 +53,7 @@
 #include "../layers/layer_norm.hpp"
 #include "../layers/linear.hpp"
 #include "language_model.hpp"
-#include "pre_norm_block.hpp"
+#include "../compose/pre_norm_block.hpp"
 
 namespace hybridseq::models {
 
@@ -146,10 +146,6 @@ class EcpAttention : public layers::Attention<A, kernels::attention::EcpPairs<M>
           st.length += std::int64_t(xc.extent(1));
         });
   }
-  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
-    prefill(ws, st, x, y);
-  }
-
   /// Rolls back to `length` positions; the ring must still hold what a query there sees.
   void truncate(State& st, std::int64_t length) const {
     const std::int64_t first = detail::ecp_ring_first(st.length, st.ring.length);
@@ -222,11 +218,7 @@ class EcpFaithfulAttention {
   static constexpr int d_out = S.d_model;
   static constexpr int segment = M;
 
-  struct Options {
-    double init_std = 0.02;
-    double out_init_std = 0.02;
-    double rope_base = 10000.0;
-  };
+  using Options = layers::AttentionOptions;  // max_cache unused: the ring holds 2m
   struct Saved {
     typename Proj::Saved q_in, kv_in;
     Tensor<T***, Space> q, kv;   // (B, T, H·Dh) after RoPE
@@ -334,9 +326,6 @@ class EcpFaithfulAttention {
           }
         },
         [&](Tensor<const T***, Space> xc, Tensor<T***, Space> yc) { chunk(ws, st, xc, yc); });
-  }
-  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
-    prefill(ws, st, x, y);
   }
   State snapshot(const State& st) const {
     State copy = make_state(st.kv.extent(0));
@@ -454,7 +443,7 @@ using EcpAttentionOf = std::conditional_t<S.faithful, EcpFaithfulAttention<S, T,
 
 /// One ECP block: x + Attn(LN(x)), then + FF(LN(·)), FF = Linear(d, f)–GELU–Linear(f, d).
 template <EcpShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-using EcpBlock = PreNormBlock<EcpAttentionOf<S, T, Space>,
+using EcpBlock = compose::PreNormBlock<EcpAttentionOf<S, T, Space>,
                               layers::Ffn<layers::FfnShape{S.d_model, S.ffn, layers::FfnKind::mlp, true,
                                                            layers::Activation::gelu},
                                           T, Space>,

@@ -62,6 +62,14 @@ class LanguageModel {
     typename Embed::Options embed{.init_std = 0.02};
     typename FinalNorm::Options norm{};
     typename Head::Options head{};
+
+    template <class F>
+    void for_each_child(F&& f) {
+      f(body);
+      f(embed);
+      f(norm);
+      f(head);
+    }
   };
 
   struct Saved {

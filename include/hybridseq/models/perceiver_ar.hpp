@@ -45,7 +45,7 @@
 #include "../layers/ffn.hpp"
 #include "../layers/layer_norm.hpp"
 #include "language_model.hpp"
-#include "pre_norm_block.hpp"
+#include "../compose/pre_norm_block.hpp"
 
 namespace hybridseq::models {
 
@@ -92,6 +92,13 @@ class PerceiverCrossBlock {
     typename Attn::Options attention{};
     typename detail::PerceiverFfn<S, T, Space>::Options ffn{};
     typename Norm::Options norm{};
+
+    template <class F>
+    void for_each_child(F&& f) {
+      f(attention);
+      f(ffn);
+      f(norm);
+    }
   };
   struct Saved {
     typename Norm::Saved norm;
@@ -153,9 +160,6 @@ class PerceiverCrossBlock {
     core::NoState none;
     core::prefill(ffn_, ws, none, h, y);
   }
-  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
-    prefill(ws, st, x, y);
-  }
   State snapshot(const State& st) const { return attn_.snapshot(st); }
   void restore(State& st, const State& snap) const { attn_.restore(st, snap); }
 
@@ -207,7 +211,7 @@ class PerceiverArBody {
   static constexpr int latents = M;
   using Cross = PerceiverCrossBlock<S, T, Space>;
   using LatentBlock =
-      PreNormBlock<layers::Attention<detail::perceiver_attention_shape<S>, kernels::attention::Causal, T, Space>,
+      compose::PreNormBlock<layers::Attention<detail::perceiver_attention_shape<S>, kernels::attention::Causal, T, Space>,
                    detail::PerceiverFfn<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
   using Latent = compose::Repeat<LatentBlock>;
 
@@ -215,6 +219,12 @@ class PerceiverArBody {
     int latent_layers = 1;  // L − 1 (0 allowed)
     typename Cross::Options cross{};
     typename LatentBlock::Options block{};
+
+    template <class F>
+    void for_each_child(F&& f) {
+      f(cross);
+      f(block);
+    }
   };
   struct Saved {
     typename Cross::Saved cross;
@@ -226,7 +236,7 @@ class PerceiverArBody {
     if (o.latent_layers < 0)
       fail<value_error>("hybridseq::models::PerceiverArBody", "latent_layers must be >= 0, got ", o.latent_layers);
     auto block = o.block;
-    block.attention.max_cache = M;  // a latent cache never holds more than one window
+    block.template layer<0>().block.max_cache = M;  // a latent cache never holds more than one window
     if (o.latent_layers > 0) latent_.emplace(typename Latent::Options{o.latent_layers, block});
   }
 
@@ -306,9 +316,6 @@ class PerceiverArBody {
       t0 += len;
     }
   }
-  void step(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
-    prefill(ws, st, x, y);
-  }
 
   State snapshot(const State& st) const {
     State copy{cross_.snapshot(st.cross), {}, st.length, st.window_start};
@@ -338,7 +345,7 @@ class PerceiverArBody {
     core::check_shape(api, "x", x, core::dim(batch), core::T, core::dim(S.d_model));
     if (st.length + std::int64_t(x.extent(1)) > capacity)
       fail<config_error>(api, "layer 1's cache holds ", capacity, " positions; ", st.length, " used + ", x.extent(1),
-                         " new exceeds it (raise Options::body.cross.attention.max_cache)");
+                         " new exceeds it (raise Options::body.cross.attention.max_cache, or ", layers::raise_max_cache_hint, ")");
   }
 
   void start_window(State& st, int batch) const {

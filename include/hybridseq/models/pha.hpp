@@ -6,10 +6,11 @@
 ///
 ///   n_b = RMSNorm_b(Branch_b(x));  w_b = softplus(p_b) / Σ softplus(p_b');  x' = LN(α·x + Σ w_b n_b)
 ///
-/// The paper leaves several points open; each reading is a field of `PhaLayout`, a compile-time
-/// value, so every variant is its own type and the ablation grid is a type list
-/// (`pha_ablations`, built with Boost.Hana host-side only):
-///   * branches: any non-empty subset of {GSS, attention, FFN};
+/// The branches are a type list (`PhaBranchList<pha_branch::Gss, pha_branch::Attention,
+/// pha_branch::DualFfn>` is the paper's), so any branch kind joins a block — and the ablation
+/// grid, which is the power set of whatever list it is given. The paper leaves several points
+/// open; each reading is a field of `PhaLayout`, a compile-time value, so every variant is its
+/// own type:
 ///   * arrangement: parallel (one residual around the mixed branches) or sequential (each
 ///     branch in its own residual, one after the other — the paper's "sequential" ablation);
 ///   * per-branch RMSNorm before mixing, or none;
@@ -20,19 +21,16 @@
 /// option, `Options::beta_init`. Note that with per-branch RMSNorm the branch output is
 /// scale-invariant, so β-init then changes only the gradients' scale, not the function.
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
-#include <boost/hana/at.hpp>
-#include <boost/hana/cartesian_product.hpp>
-#include <boost/hana/filter.hpp>
-#include <boost/hana/integral_constant.hpp>
-#include <boost/hana/pair.hpp>
 #include <boost/hana/tuple.hpp>
-#include <boost/hana/transform.hpp>
 #include <boost/hana/type.hpp>
-#include <boost/hana/unpack.hpp>
 
 #include "../compose/mixers.hpp"
 #include "../compose/parallel_block.hpp"
@@ -71,59 +69,66 @@ constexpr PhaShape pha_shape(int d_model, int heads, int kv_heads) {
 enum class Arrangement { parallel, sequential };
 enum class PhaResidual { deepnorm, prenorm_scaled };
 
-/// Which reading of each open point a PHA variant takes.
+/// Which reading of each open point a PHA variant takes (its branches are a type list).
 struct PhaLayout {
-  bool gss = true;
-  bool attention = true;
-  bool ffn = true;
   Arrangement arrangement = Arrangement::parallel;
   bool branch_norm = true;
   bool normalised = true;  // sum-normalised softplus; false: raw softplus
   PhaResidual residual = PhaResidual::deepnorm;
-
-  constexpr int branches() const { return int(gss) + int(attention) + int(ffn); }
-
-  /// A short label, e.g. "pha" for the paper's model, "pha[gss+ffn]", "pha[seq]".
-  std::string name() const {
-    std::string s = "pha";
-    std::vector<std::string> tags;
-    if (branches() < 3) {
-      std::string b;
-      for (auto [on, n] : {std::pair{gss, "gss"}, std::pair{attention, "attn"}, std::pair{ffn, "ffn"}})
-        if (on) b += (b.empty() ? "" : "+") + std::string(n);
-      tags.push_back(b);
-    }
-    if (arrangement == Arrangement::sequential) tags.push_back("seq");
-    if (!branch_norm) tags.push_back("no-norm");
-    if (!normalised) tags.push_back("raw-softplus");
-    if (residual == PhaResidual::prenorm_scaled) tags.push_back("prenorm");
-    if (tags.empty()) return s;
-    s += '[';
-    for (std::size_t i = 0; i < tags.size(); ++i) s += (i ? "," : "") + tags[i];
-    return s + ']';
-  }
 };
 
-/// The three branch types of a PHA block.
-template <PhaShape S, Scalar T, ExecutionSpace Space>
-struct PhaBranches {
-  using Gss = layers::Gss<layers::GssShape{S.d_model, S.gss_gate, S.gss_ssm, S.gss_state}, T, Space>;
-  using Attention = layers::Attention<layers::AttentionShape{S.d_model, S.heads, S.kv_heads, S.head_dim, S.head_dim,
-                                                             layers::Score::cosine, S.per_layer_scale},
-                                      kernels::attention::Causal, T, Space>;
-  using Ffn = layers::DualFfn<layers::dual_ffn(S.d_model, S.ffn_primary, S.ffn_auxiliary), T, Space>;
+/// Branch kinds of a PHA block: each names itself (for variant names) and builds its layer
+/// for a PhaShape. A new kind is a struct with `name` and `layer`.
+namespace pha_branch {
+struct Gss {
+  static constexpr std::string_view name = "gss";
+  template <PhaShape S, Scalar T, ExecutionSpace Space>
+  using layer = layers::Gss<layers::GssShape{S.d_model, S.gss_gate, S.gss_ssm, S.gss_state}, T, Space>;
 };
+
+/// Grouped-query attention with RoPE and scaled-cosine scores under a causal mask, or a
+/// sliding window of `Window` keys.
+template <int Window = 0>
+struct CosineAttention {
+  static constexpr std::string_view name = Window == 0 ? "attn" : "swa";
+  template <PhaShape S, Scalar T, ExecutionSpace Space>
+  using layer = layers::Attention<layers::AttentionShape{S.d_model, S.heads, S.kv_heads, S.head_dim, S.head_dim,
+                                                         layers::Score::cosine, S.per_layer_scale},
+                                  std::conditional_t<Window == 0, kernels::attention::Causal,
+                                                     kernels::attention::SlidingWindow<(Window > 0 ? Window : 1)>>,
+                                  T, Space>;
+};
+using Attention = CosineAttention<0>;
+template <int Window>
+using SlidingWindowAttention = CosineAttention<Window>;
+
+struct DualFfn {
+  static constexpr std::string_view name = "ffn";
+  template <PhaShape S, Scalar T, ExecutionSpace Space>
+  using layer = layers::DualFfn<layers::dual_ffn(S.d_model, S.ffn_primary, S.ffn_auxiliary), T, Space>;
+};
+}  // namespace pha_branch
+
+/// The branch kinds of a PHA block, in order (parameters are named by position: `0.*`, `1.*`).
+template <class... Kinds>
+struct PhaBranchList {
+  static constexpr int size = int(sizeof...(Kinds));
+};
+
+/// The paper's GSS ‖ GQA ‖ Dual-FFN.
+using PhaPaperBranches = PhaBranchList<pha_branch::Gss, pha_branch::Attention, pha_branch::DualFfn>;
 
 namespace detail {
-namespace hana = boost::hana;
 
-template <PhaShape S, PhaLayout L, class T, class Space>
-struct pha_block {
-  static_assert(L.branches() >= 1, "hybridseq::models::Pha: a PHA layout needs at least one branch");
+template <PhaShape S, PhaLayout L, class Branches, class T, class Space>
+struct pha_block;
+
+template <PhaShape S, PhaLayout L, class... Kinds, class T, class Space>
+struct pha_block<S, L, PhaBranchList<Kinds...>, T, Space> {
+  static_assert(sizeof...(Kinds) >= 1, "hybridseq::models::Pha: a PHA block needs at least one branch");
   static_assert(L.arrangement == Arrangement::parallel || (L.branch_norm && L.normalised),
                 "hybridseq::models::Pha: the sequential arrangement has no mixer and no per-branch norm; leave "
                 "branch_norm and normalised at their defaults");
-  using P = PhaBranches<S, T, Space>;
   static constexpr int D = S.d_model;
 
   template <class B>
@@ -132,40 +137,64 @@ struct pha_block {
   using Residual = std::conditional_t<L.residual == PhaResidual::deepnorm,
                                       compose::DeepNorm<Block, layers::LayerNorm<D, T, Space>>,
                                       compose::PreNormResidual<Block, layers::RmsNorm<D, T, Space>>>;
-  template <class... Bs>
-  struct assemble {
-    using type = std::conditional_t<
-        L.arrangement == Arrangement::parallel,
-        Residual<compose::ParallelBlock<compose::SoftplusMixer<int(sizeof...(Bs)), L.normalised, T, Space>, Normed<Bs>...>>,
-        compose::SequentialBlock<Residual<Bs>...>>;
-  };
+  template <class Kind>
+  using Layer = typename Kind::template layer<S, T, Space>;
 
-  // The chosen branches, in the paper's order, as a Hana tuple of types.
-  static constexpr auto chosen = hana::filter(
-      hana::make_tuple(hana::make_pair(hana::bool_c<L.gss>, hana::type_c<typename P::Gss>),
-                       hana::make_pair(hana::bool_c<L.attention>, hana::type_c<typename P::Attention>),
-                       hana::make_pair(hana::bool_c<L.ffn>, hana::type_c<typename P::Ffn>)),
-      [](auto p) { return hana::first(p); });
-  using type = typename decltype(hana::unpack(chosen, [](auto... p) {
-    return hana::type_c<typename assemble<typename decltype(+hana::second(p))::type...>::type>;
-  }))::type;
+  using type = std::conditional_t<
+      L.arrangement == Arrangement::parallel,
+      Residual<compose::ParallelBlock<compose::SoftplusMixer<int(sizeof...(Kinds)), L.normalised, T, Space>,
+                                      Normed<Layer<Kinds>>...>>,
+      compose::SequentialBlock<Residual<Layer<Kinds>>...>>;
 };
+
+template <class... Kinds>
+std::string branch_names(PhaBranchList<Kinds...>) {
+  std::string s;
+  ((s += (s.empty() ? "" : "+") + std::string(Kinds::name)), ...);
+  return s;
+}
+
 }  // namespace detail
 
+/// A short label of a variant: "pha" for the paper's model, else e.g. "pha[gss+ffn]",
+/// "pha[attn,seq]", "pha[gss+attn+ffn+swa,no-norm]".
+template <PhaLayout L, class Branches = PhaPaperBranches>
+std::string pha_name() {
+  std::vector<std::string> tags;
+  if (!std::is_same_v<Branches, PhaPaperBranches>) tags.push_back(detail::branch_names(Branches{}));
+  if (L.arrangement == Arrangement::sequential) tags.push_back("seq");
+  if (!L.branch_norm) tags.push_back("no-norm");
+  if (!L.normalised) tags.push_back("raw-softplus");
+  if (L.residual == PhaResidual::prenorm_scaled) tags.push_back("prenorm");
+  std::string s = "pha";
+  if (tags.empty()) return s;
+  s += '[';
+  for (std::size_t i = 0; i < tags.size(); ++i) s += (i ? "," : "") + tags[i];
+  return s + ']';
+}
+
 /// One PHA block (a residual sub-stack for the sequential arrangement).
-template <PhaShape S, PhaLayout L = PhaLayout{}, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-using PhaBlock = typename detail::pha_block<S, L, T, Space>::type;
+template <PhaShape S, PhaLayout L = PhaLayout{}, Scalar T = float, ExecutionSpace Space = DefaultSpace,
+          class Branches = PhaPaperBranches>
+using PhaBlock = typename detail::pha_block<S, L, Branches, T, Space>::type;
 
 /// The PHA language model: `Options::body.count` blocks, final RMSNorm, untied head.
 /// α = (2N)^{1/4} and β = (8N)^{-1/4} with N the number of residual sub-layers (blocks, or
 /// blocks × branches when sequential) are set from the depth unless given.
-template <int Vocab, PhaShape S, PhaLayout L = PhaLayout{}, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class Pha : public LanguageModel<Vocab, compose::Repeat<PhaBlock<S, L, T, Space>>, layers::RmsNorm<S.d_model, T, Space>> {
-  using Base = LanguageModel<Vocab, compose::Repeat<PhaBlock<S, L, T, Space>>, layers::RmsNorm<S.d_model, T, Space>>;
+template <int Vocab, PhaShape S, PhaLayout L = PhaLayout{}, Scalar T = float, ExecutionSpace Space = DefaultSpace,
+          class Branches = PhaPaperBranches>
+class Pha : public LanguageModel<Vocab, compose::Repeat<PhaBlock<S, L, T, Space, Branches>>,
+                                 layers::RmsNorm<S.d_model, T, Space>> {
+  using Base =
+      LanguageModel<Vocab, compose::Repeat<PhaBlock<S, L, T, Space, Branches>>, layers::RmsNorm<S.d_model, T, Space>>;
 
  public:
   static constexpr PhaLayout layout = L;
   static constexpr PhaShape shape = S;
+  using branches = Branches;
+
+  /// The variant's label (pha_name).
+  static std::string name() { return pha_name<L, Branches>(); }
 
   struct Options : Base::Options {
     double alpha = 0;        // 0: DeepNorm's (2N)^{1/4}
@@ -181,12 +210,11 @@ class Pha : public LanguageModel<Vocab, compose::Repeat<PhaBlock<S, L, T, Space>
 
   /// Residual sub-layers N of the DeepNorm formulas.
   int sublayers() const {
-    return this->body().size() * (L.arrangement == Arrangement::sequential ? L.branches() : 1);
+    return this->body().size() * (L.arrangement == Arrangement::sequential ? Branches::size : 1);
   }
 
-  /// Initialises every parameter from `seed`, then applies β-init if enabled.
-  void initialize(std::uint64_t seed) {
-    core::initialize(*this, seed);
+  /// core::initialize's hook, run once every parameter is drawn: β-init, when enabled.
+  void after_initialize() {
     if (!beta_init_) return;
     const double beta = compose::deepnorm_beta(sublayers());
     core::for_each_module(*this, [&](std::string_view, auto& m) {
@@ -198,36 +226,37 @@ class Pha : public LanguageModel<Vocab, compose::Repeat<PhaBlock<S, L, T, Space>
   bool beta_init_;
 };
 
-/// The ablation grid as a Hana tuple of `hana::type_c<Pha<…>>`: every non-empty subset of the
-/// branches × {parallel with/without per-branch norm × normalised/raw softplus, sequential},
-/// 35 variants. Iterate with
+namespace detail {
+// The kinds of `Branches` whose bit is set in Mask, in order.
+template <bool Keep, class Kind>
+using kept_kind = std::conditional_t<Keep, PhaBranchList<Kind>, PhaBranchList<>>;
+template <class... A, class... B>
+PhaBranchList<A..., B...> operator+(PhaBranchList<A...>, PhaBranchList<B...>);  // unevaluated: concatenation
+template <std::size_t Mask, class... Kinds, std::size_t... I>
+auto branch_subset(PhaBranchList<Kinds...>, std::index_sequence<I...>)
+    -> decltype((PhaBranchList<>{} + ... + kept_kind<((Mask >> I) & 1) != 0, Kinds>{}));
+template <std::size_t Mask, class Branches>
+using branch_subset_t =
+    decltype(branch_subset<Mask>(Branches{}, std::make_index_sequence<std::size_t(Branches::size)>{}));
+
+// The five readings of each branch subset: four parallel (per-branch norm × normalised
+// softplus) and the sequential one.
+inline constexpr std::array<PhaLayout, 5> pha_readings{
+    PhaLayout{}, PhaLayout{.branch_norm = false}, PhaLayout{.normalised = false},
+    PhaLayout{.branch_norm = false, .normalised = false}, PhaLayout{.arrangement = Arrangement::sequential}};
+}  // namespace detail
+
+/// The ablation grid as a Hana tuple of `hana::type_c<Pha<…>>`: every non-empty subset of
+/// `Branches` (the full set first) × the five readings of detail::pha_readings — 35 variants
+/// for the paper's three branches, 75 for four. Iterate with
 ///   hana::for_each(models::pha_ablations<V, S>, [](auto t) { using M = typename decltype(t)::type; … });
-template <int Vocab, PhaShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-constexpr auto pha_ablations = [] {
-  namespace hana = boost::hana;
-  // A Hana integral constant's value, from an object of its type.
-  constexpr auto v = [](auto c) { return std::remove_cvref_t<decltype(c)>::value; };
-  constexpr auto bit = hana::make_tuple(hana::true_c, hana::false_c);
-  // The power set of {GSS, attention, FFN} as bit triples, without the empty set.
-  constexpr auto subsets = hana::filter(hana::cartesian_product(hana::make_tuple(bit, bit, bit)), [](auto s) {
-    return hana::bool_c<std::remove_cvref_t<decltype(hana::at_c<0>(s))>::value ||
-                        std::remove_cvref_t<decltype(hana::at_c<1>(s))>::value ||
-                        std::remove_cvref_t<decltype(hana::at_c<2>(s))>::value>;
-  });
-  // (sequential?, branch_norm, normalised): four parallel readings and the sequential one.
-  constexpr auto arrangements = hana::make_tuple(hana::make_tuple(hana::false_c, hana::true_c, hana::true_c),
-                                                 hana::make_tuple(hana::false_c, hana::false_c, hana::true_c),
-                                                 hana::make_tuple(hana::false_c, hana::true_c, hana::false_c),
-                                                 hana::make_tuple(hana::false_c, hana::false_c, hana::false_c),
-                                                 hana::make_tuple(hana::true_c, hana::true_c, hana::true_c));
-  return hana::transform(hana::cartesian_product(hana::make_tuple(subsets, arrangements)), [v](auto pair) {
-    using Sub = std::remove_cvref_t<decltype(hana::at_c<0>(pair))>;
-    using Arr = std::remove_cvref_t<decltype(hana::at_c<1>(pair))>;
-    constexpr PhaLayout layout{v(hana::at_c<0>(Sub{})), v(hana::at_c<1>(Sub{})), v(hana::at_c<2>(Sub{})),
-                               v(hana::at_c<0>(Arr{})) ? Arrangement::sequential : Arrangement::parallel,
-                               v(hana::at_c<1>(Arr{})), v(hana::at_c<2>(Arr{}))};
-    return hana::type_c<Pha<Vocab, S, layout, T, Space>>;
-  });
-}();
+template <int Vocab, PhaShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace,
+          class Branches = PhaPaperBranches>
+constexpr auto pha_ablations = []<std::size_t... K>(std::index_sequence<K...>) {
+  constexpr std::size_t readings = detail::pha_readings.size(), full = (std::size_t(1) << Branches::size) - 1;
+  return boost::hana::make_tuple(
+      boost::hana::type_c<Pha<Vocab, S, detail::pha_readings[K % readings], T, Space,
+                              detail::branch_subset_t<full - K / readings, Branches>>>...);
+}(std::make_index_sequence<((std::size_t(1) << Branches::size) - 1) * detail::pha_readings.size()>{});
 
 }  // namespace hybridseq::models
