@@ -20,10 +20,27 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/lists/partial" "$cache"
 
-# A throwaway apt configuration that only knows Debian's bookworm source index.
-cat >"$work/sources.list" <<LIST
-deb-src http://deb.debian.org/debian bookworm main
-LIST
+# A throwaway apt configuration that only knows the source index of the Debian mirror this
+# machine already uses: the first `deb` URI serving the release's own suite, read from the
+# machine's apt sources (deb822 `.sources` or one-line `.list` files).
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+[[ -n "$codename" ]] || { echo "hybridseq: /etc/os-release names no VERSION_CODENAME" >&2; exit 1; }
+mirror=$(
+  shopt -s nullglob
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [[ -f "$f" ]] && awk -v s="$codename" '$1 == "deb" { for (i = 2; i <= NF; ++i) if ($i !~ /^\[/ && $i ~ /:\/\//) { if ($(i + 1) == s) print $i; break } }' "$f"
+  done
+  for f in /etc/apt/sources.list.d/*.sources; do
+    awk -v s="$codename" 'BEGIN { RS = ""; FS = "\n" }
+      { types = uris = suites = ""
+        for (i = 1; i <= NF; ++i) {
+          if ($i ~ /^Types:/) types = $i; else if ($i ~ /^URIs:/) uris = $i; else if ($i ~ /^Suites:/) suites = $i
+        }
+        if (types ~ /(^|[ :])deb( |$)/ && (" " suites " ") ~ (" " s " ")) { sub(/^URIs:[ ]*/, "", uris); split(uris, u, " "); print u[1] } }' "$f"
+  done | head -n 1
+)
+[[ -n "$mirror" ]] || { echo "hybridseq: no apt source for Debian '$codename' found under /etc/apt to fetch trilinos from" >&2; exit 1; }
+echo "deb-src $mirror $codename main" >"$work/sources.list"
 apt_opts=(-o "Dir::Etc::SourceList=$work/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
           -o "Dir::State::Lists=$work/lists" -o "Dir::Cache::archives=$work")
 echo "hybridseq: fetching Debian's trilinos source package for Kokkos 3.4.01" >&2
