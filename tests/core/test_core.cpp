@@ -1,13 +1,16 @@
-// Core: errors and shape checks, flat tuple, RNG/initialisers, workspace, parameter visitor,
-// GEMM facade against its naive oracle.
+// Core: errors and shape checks, flat tuple, RNG/initialisers, workspace (peak bytes and their
+// labels), parameter visitor, describe(), GEMM facade against its naive oracle.
 #include <catch2/catch.hpp>
 
 #include <hybridseq/core.hpp>
 #include <hybridseq/kernels/gemm.hpp>
 #include <hybridseq/kernels/reference/gemm.hpp>
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "support/spaces.hpp"
@@ -144,6 +147,120 @@ HYBRIDSEQ_SPACE_TEST_CASE("workspace records exact peak bytes and rewinds", "[co
   ws.reset_peak();
   REQUIRE(ws.peak_bytes() == 0);
   (void)a;
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("workspace attributes its peak to allocation labels", "[core]") {
+  core::Workspace<TestType> ws(1024);
+  REQUIRE(ws.peak_by_label().empty());
+  const auto m0 = ws.mark();
+  ws.template allocate<float*>("a", 100);  // 400 B -> 448
+  {
+    core::WorkspaceScope scope(ws);
+    ws.template allocate<float*>("b", 10);  // 40 B -> 64, twice under one label
+    ws.template allocate_zeroed<float*>("b", 10);
+  }
+  using Peaks = std::map<std::string, std::size_t, std::less<>>;
+  REQUIRE(ws.peak_bytes() == 448 + 128);
+  REQUIRE(ws.peak_by_label() == Peaks{{"a", 448}, {"b", 128}});
+  ws.template allocate<float*>("c", 16);  // 64 B: below the peak, which stays attributed to a and b
+  REQUIRE(ws.peak_by_label() == Peaks{{"a", 448}, {"b", 128}});
+  ws.template allocate<double*>("c", 32);  // 256 B: a new peak, with b released
+  REQUIRE(ws.peak_bytes() == 448 + 64 + 256);
+  REQUIRE(ws.peak_by_label() == Peaks{{"a", 448}, {"c", 320}});
+  std::size_t sum = 0;
+  for (const auto& [label, bytes] : ws.peak_by_label()) sum += bytes;
+  REQUIRE(sum == ws.peak_bytes());
+  REQUIRE(core::describe(ws) == "peak  bytes=768\n  a  bytes=448\n  c  bytes=320\n");
+  ws.release(m0);
+  ws.reset_peak();
+  REQUIRE(ws.peak_by_label().empty());
+  ws.template allocate<float*>("b", 1);
+  REQUIRE(ws.peak_by_label() == Peaks{{"b", 64}});
+}
+
+namespace {
+template <class Space>
+struct Wrapper {
+  static constexpr std::string_view kind = "Wrapped";
+  Outer<Space> inner;
+  core::Parameter<double, Space> bias{{5}, core::Role::bias, core::Init::zeros()};
+  template <class V>
+  void visit_parameters(V&& visit) {
+    visit("inner", inner);
+    visit("bias", bias);
+  }
+};
+template <auto N, class Layer>  // the shape of compose::Named
+struct Tagged : Layer {
+  static constexpr std::string_view child_name = "t";
+};
+template <class Space>
+struct Holder {
+  Tagged<0, TinyModule<Space>> t;
+  template <class V>
+  void visit_parameters(V&& visit) {
+    visit("t", t);
+  }
+};
+struct SelfNamed {
+  std::string describe_name() const { return "Custom"; }
+  template <class V>
+  void visit_parameters(V&&) {}
+};
+}  // namespace
+
+TEST_CASE("describe prints the module tree: names, kinds, shapes, counts, total", "[core][host]") {
+  using S = Kokkos::Serial;
+  CHECK(core::detail::bare_type_name("hybridseq::compose::ParallelBlock<hybridseq::layers::Linear<"
+                                     "hybridseq::layers::LinearSpec{8l, 8l, true}, float, Kokkos::Serial>, "
+                                     "hybridseq::compose::MeanMixer>") == "ParallelBlock");
+  CHECK(core::detail::bare_type_name("ns::Outer<int>::Inner<std::vector<int> >") == "Inner");
+  CHECK(core::detail::bare_type_name("(anonymous namespace)::TinyModule<Kokkos::Serial>") == "TinyModule");
+  CHECK(core::detail::bare_type_name("struct Foo") == "Foo");
+
+  Outer<S> outer;
+  CHECK(core::describe(outer) ==
+        "Outer  head (2)  params=34\n"
+        "  0  TinyModule  w (3, 4)  g (4)  params=16\n"
+        "  1  TinyModule  w (3, 4)  g (4)  params=16\n"
+        "total  params=34\n");
+
+  Wrapper<S> w;
+  const std::string text = core::describe(w);
+  INFO(text);
+  CHECK(text ==
+        "Wrapped  bias (5)  params=39\n"
+        "  inner  Outer  head (2)  params=34\n"
+        "    inner.0  TinyModule  w (3, 4)  g (4)  params=16\n"
+        "    inner.1  TinyModule  w (3, 4)  g (4)  params=16\n"
+        "total  params=39\n");
+
+  // Counts: the root's is the model's parameter count, and each node's is its own parameters
+  // plus its children's.
+  const auto tree = core::summarize(w);
+  REQUIRE(tree.size() == 4);
+  REQUIRE(tree[0].parameter_count == core::parameter_count(w));
+  std::int64_t own_total = 0;
+  for (std::size_t i = 0; i < tree.size(); ++i) {
+    std::int64_t own = 0;
+    for (const auto& [name, shape] : tree[i].parameters) {
+      std::int64_t n = 1;
+      for (auto e : shape) n *= e;
+      own += n;
+    }
+    own_total += own;
+    std::int64_t children = 0;
+    for (std::size_t j = i + 1; j < tree.size() && tree[j].depth > tree[i].depth; ++j)
+      if (tree[j].depth == tree[i].depth + 1) children += tree[j].parameter_count;
+    CHECK(tree[i].parameter_count == own + children);
+  }
+  CHECK(own_total == core::parameter_count(w));
+
+  Holder<S> holder;  // a naming wrapper shows the layer it names
+  CHECK(core::describe(holder) == "Holder  params=16\n  t  TinyModule  w (3, 4)  g (4)  params=16\ntotal  params=16\n");
+
+  SelfNamed self;
+  CHECK(core::describe(self) == "Custom  params=0\ntotal  params=0\n");
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("gemm facade matches the naive oracle for every op", "[core][kernels]") {

@@ -76,16 +76,6 @@ void check_same_shape(std::string_view api, std::string_view name_a, const ViewA
                       detail::extents_of(b), "; they must match");
 }
 
-/// Checks that the leading `n` extents of two tensors agree (e.g. (B, T) of x and y).
-template <class ViewA, class ViewB>
-void check_leading(std::string_view api, unsigned n, std::string_view name_a, const ViewA& a,
-                   std::string_view name_b, const ViewB& b) {
-  for (unsigned r = 0; r < n; ++r)
-    if (a.extent(r) != b.extent(r))
-      fail<shape_error>(api, name_a, " is ", detail::extents_of(a), " but ", name_b, " is ",
-                        detail::extents_of(b), "; leading extents must match");
-}
-
 /// Throws value_error naming the first non-finite element of `v` (flat index and value).
 /// One parallel reduction; used at model boundaries and by the loss, not inside every layer.
 template <class View>

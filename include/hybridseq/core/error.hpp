@@ -5,8 +5,6 @@
 ///   "hybridseq::layers::Linear::forward: x is (2,17,96), expected (B,T,128)".
 /// Device code never throws.
 
-#include <cstdint>
-#include <initializer_list>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -52,18 +50,6 @@ std::string concat(const Args&... args) {
   std::ostringstream os;
   (os << ... << args);
   return os.str();
-}
-
-/// "(2,17,96)"
-inline std::string format_extents(std::initializer_list<std::int64_t> extents) {
-  std::string out = "(";
-  bool first = true;
-  for (auto e : extents) {
-    if (!first) out += ',';
-    out += std::to_string(e);
-    first = false;
-  }
-  return out + ")";
 }
 
 }  // namespace detail

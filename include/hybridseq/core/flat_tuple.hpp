@@ -3,9 +3,8 @@
 /// A flat tuple for branch packs.
 ///
 /// `std::tuple` is implemented recursively in libstdc++, which makes large packs slow to
-/// compile (design.md measured ~30x at large packs). Here every element is a direct base
-/// `Leaf<I, T>`, so instantiation depth is constant and `get<I>` is a single overload
-/// resolution against the base class.
+/// compile. Here every element is a direct base `Leaf<I, T>`, so instantiation depth is
+/// constant and `get<I>` is a single overload resolution against the base class.
 
 #include <cstddef>
 #include <type_traits>

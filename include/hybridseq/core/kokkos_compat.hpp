@@ -17,12 +17,6 @@
 #define HYBRIDSEQ_HAS_OPENMP 0
 #endif
 
-#if defined(KOKKOS_ENABLE_CUDA)
-#define HYBRIDSEQ_HAS_CUDA 1
-#else
-#define HYBRIDSEQ_HAS_CUDA 0
-#endif
-
 /// Device-callable maths. Kokkos 3.4 has these in Kokkos::Experimental; 4.x moved them to
 /// Kokkos:: (and deprecated the old names). Kernels write `math::exp(x)`.
 namespace hybridseq::math {
@@ -67,12 +61,6 @@ int concurrency(const Space& exec) {
   (void)exec;
   return Space::concurrency();
 #endif
-}
-
-/// Human-readable name of an execution space ("Serial", "OpenMP", "Cuda").
-template <class Space>
-const char* space_name() {
-  return Space::name();
 }
 
 }  // namespace hybridseq::core::compat

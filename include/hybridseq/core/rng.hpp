@@ -75,14 +75,6 @@ struct Init {
   static constexpr Init inverse_softplus_log_uniform(double lo, double hi, double floor) {
     return {Kind::inverse_softplus_log_uniform, lo, hi, floor};
   }
-
-  /// The same initialiser with its spread multiplied by `s` (DeepNorm's β scaling).
-  constexpr Init scaled(double s) const {
-    Init r = *this;
-    if (kind == Kind::normal) r.b *= s;
-    if (kind == Kind::uniform) r.a *= s, r.b *= s;
-    return r;
-  }
 };
 
 namespace detail {

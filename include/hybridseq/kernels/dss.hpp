@@ -42,16 +42,10 @@ namespace hybridseq::kernels {
 
 /// How the training path mixes the sequence.
 ///
-/// Measured with hybridseq-bench `gss_mix/*` (discretise + mix, float, B = 1, H = 256, N = 512,
-/// 2-core Xeon VM, best of 3; ms forward / backward):
-///            T = 256        T = 2048       T = 8192
-///   fft    1.7 / 3.3     12.4 / 20.7     52 / 88      (OpenMP, 2 threads)
-///   scan   7.7 / 81      65 / 620        255 / 2596
-///   fft    3.1 / 6.2     22.1 / 40.9     95 / 171     (Serial)
-///   scan  16.1 / 151    124 / 1175       516 / 4895
-/// `fft` is ~5x faster forward and 24–30x faster backward at every T: its O(N) work per token
-/// is a BLAS GEMM shared by the whole batch, the scan's 11 (forward) and 37 (backward)
-/// flops per state element and batch row are not. So `fft` is the default. `scan` keeps its
+/// `fft` is faster than `scan` forward and backward at every T (hybridseq-bench `gss_mix/*`
+/// compares them): its O(N) work per token is a BLAS GEMM shared by the whole batch, the
+/// scan's 11 (forward) and 37 (backward) flops per state element and batch row are not. So
+/// `fft` is the default. `scan` keeps its
 /// place because the recurrence *is* decoding (step), because it parallelises over (b, h)
 /// where `fft` has only H/8 channel groups (it is the default on non-host spaces), and
 /// because as an independent algorithm it cross-checks `fft` in the tests.
@@ -110,8 +104,8 @@ constexpr bool dss_host_space = Kokkos::SpaceAccessibility<Kokkos::HostSpace, ty
 
 /// Entries of the Vandermonde block below T's smallest normal are stored as zero. Fast
 /// modes decay through float's denormal range within tens of steps, and denormal GEMM
-/// operands cost microcode assists: at T = 256 they tripled the whole mixing forward (17 → 5.7
-/// ms). The error is below 1.2e-38 (float) / 2.2e-308 (double) per entry.
+/// operands cost microcode assists. The error is below 1.2e-38 (float) / 2.2e-308 (double)
+/// per entry.
 template <class T>
 KOKKOS_INLINE_FUNCTION T dss_flush(const double x) {
   return math::fabs(x) < double(Kokkos::Experimental::norm_min<T>::value) ? T(0) : static_cast<T>(x);
@@ -480,8 +474,7 @@ struct DssScanReduceA {  // g_a(·, n) += Σ_items part_a(item, ·); one item pe
 /// radix-4 Stockham stages, plus one radix-2 stage when log2 M is odd; forward sign
 /// e^{−2πi/M}, unscaled. The lanes are neighbouring channels, so loading (L, H)-major data
 /// is a contiguous copy and every butterfly vectorises over lanes. It replaced Eigen's FFT
-/// (kissfft: one real channel per transform, strided gathers, plans cached per thread): the
-/// single-core mixing at T = 2048 went from 58 / 94 ms (forward / backward) to 23 / 41 ms.
+/// (kissfft: one real channel per transform, strided gathers, plans cached per thread).
 /// Power-of-two sizes only.
 template <class T, int W>
 struct LaneFft {
@@ -593,7 +586,7 @@ struct DssTwiddles {
 // round-robin.
 template <class T, class Space>
 struct DssConvFft {
-  static constexpr int W = 4;  // lanes: 2.5x over kissfft; wider lanes spill L2 at M = 16384
+  static constexpr int W = 4;  // lanes: wider ones spill L2 at M = 16384
   using Fft = LaneFft<T, W>;
   Tensor<const T**, Space> k;    // (L, H)
   Tensor<const T***, Space> u;   // (B, L, H)

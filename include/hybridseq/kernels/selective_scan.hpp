@@ -13,8 +13,7 @@
 /// outside it. Vectorising over channels rather than over the (contiguous) state index n
 /// needs no horizontal sum per step (y_t[d] stays in its lane), computes the softplus of a
 /// whole block at once, and does not depend on N being a multiple of the vector width (N is
-/// 1 … 16 in practice). Measured with the same exp (B=1, T=4096, Di=512, N=16, AVX2, one
-/// thread): 0.55 ns per state update with channel lanes, 1.0 ns with n innermost.
+/// 1 … 16 in practice).
 ///
 /// **Chunked recomputation.** The forward pass stores the state only at chunk starts:
 /// (B, ⌈T/L⌉, Di, N) instead of (B, T, Di, N). Backward walks the chunks from last to first;
@@ -36,14 +35,10 @@
 /// **Instruction sets.** On x86-64 hosts compiled for the baseline ISA (no -mavx2; this
 /// project's default), the float work items are compiled twice — baseline SSE2 and
 /// AVX2+FMA — and the AVX2 copy is chosen at run time when the CPU has it. The scan is bound
-/// by the exp's arithmetic, so the 8-wide FMA form is 2.4× faster than SSE2 (0.51 against
-/// 1.24 ns per update). Builds that already target AVX2 or wider, other architectures and
-/// device compilers get one copy. `-DHYBRIDSEQ_NO_ISA_DISPATCH` turns the dispatch off;
-/// `selective_scan_isa()` says which copy runs.
-///
-/// Measured here (Sapphire Rapids under KVM, one thread, B=1, T=4096, Di=512, N=16):
-/// forward 0.51 ns and backward 1.4 ns per state update; the naive oracle
-/// (kernels/reference/selective_scan.hpp) 7.0 ns forward.
+/// by the exp's arithmetic, which the 8-wide FMA form does in fewer instructions. Builds that
+/// already target AVX2 or wider, other architectures and device compilers get one copy.
+/// `-DHYBRIDSEQ_NO_ISA_DISPATCH` turns the dispatch off; `selective_scan_isa()` says which
+/// copy runs.
 
 #include <algorithm>
 #include <cstdint>
@@ -67,7 +62,7 @@
 
 // The loops over lanes are the vector loops. Saying so keeps the compiler from vectorising the
 // loop over n around them with transposes instead, which GCC 12 does for some block widths
-// (2.7× slower). Without OpenMP (Serial-only Kokkos builds) the auto-vectoriser decides alone.
+// (a slower form). Without OpenMP (Serial-only Kokkos builds) the auto-vectoriser decides alone.
 #if defined(_OPENMP)
 #define HYBRIDSEQ_LANE_LOOP _Pragma("omp simd")
 #else
@@ -136,8 +131,7 @@ struct ScanMath<double> {
 
 /// Channels per forward work item, which are also its vector lanes: 128 bytes of scalars (two
 /// AVX-512 or four AVX2 registers per state row). Wider blocks spread the per-step work (row
-/// loads, softplus) and y's accumulation chain over more lanes: 0.53 ns per update at 128
-/// bytes, 0.61 at 64, 0.86 at 32 (measured, AVX2, N = 16).
+/// loads, softplus) and y's accumulation chain over more lanes.
 template <class T>
 inline constexpr int scan_forward_lanes = 128 / static_cast<int>(sizeof(T));
 
@@ -177,7 +171,7 @@ bool use_avx2() {
 
 /// Lane j of a row of channels: read straight from memory in full blocks; padding lanes of the
 /// last, partial block read 0. Reading rows directly matters: staging them in a stack array
-/// first costs a store-forwarding stall per step (35% of the forward time, measured).
+/// first costs a store-forwarding stall per step.
 template <bool Full, class T>
 KOKKOS_FORCEINLINE_FUNCTION T scan_lane(const T* p, int j, int lanes) {
   if constexpr (Full) return p[j];
@@ -274,7 +268,7 @@ struct ScanForward {
     const int n_steps = static_cast<int>(u.extent(1));
     const bool chunks = h_chunks.data() != nullptr;
     for (int t = 0, c = 0, next = 0; t < n_steps; ++t) {
-      if (chunks && t == next) {  // a counter, not t % chunk: an integer division per step costs ~10%
+      if (chunks && t == next) {  // a counter, not t % chunk: no integer division per step
         for (int j = 0; j < lanes; ++j)
           for (int n = 0; n < N; ++n) h_chunks(b, c, d0 + j, n) = h[n][j];
         ++c;
