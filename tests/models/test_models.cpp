@@ -252,7 +252,7 @@ TEST_CASE("models: describe() prints a PHA and an ECP model with their parameter
   Ecp ecp(eo);
   const std::string e = check(ecp);
   CHECK(e.starts_with("Ecp  params=" + std::to_string(core::parameter_count(ecp)) + "\n"));
-  CHECK(e.find("\n        body.0.attn  PreNormResidual  params=280\n"
-               "          body.0.attn.norm  LayerNorm  weight (8)  bias (8)  params=16\n"
-               "          body.0.attn.block  EcpAttention  params=264\n") != std::string::npos);
+  CHECK(e.find("\n      body.0.attn  PreNormResidual  params=280\n"
+               "        body.0.attn.norm  LayerNorm  weight (8)  bias (8)  params=16\n"
+               "        body.0.attn.block  EcpAttention  params=264\n") != std::string::npos);
 }
