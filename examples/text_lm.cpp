@@ -7,7 +7,6 @@
 //   text_lm --arch transformer --steps 1500 --json transformer.json
 //   text_lm --arch pha --eval-stride 128          # ECP-style windowed evaluation as well
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +14,8 @@
 #include <string>
 
 #include <hybridseq/hybridseq.hpp>
+
+#include <nlohmann/json.hpp>
 
 using namespace hybridseq;
 
@@ -36,8 +37,10 @@ using PerceiverAr = models::PerceiverAr<V, models::PerceiverArShape{D, 4, 32, /*
 /// Logit rows of a model for T inputs (PerceiverAR: its M latents, the last M positions).
 template <class Model>
 int scored_columns(int len) {
-  if constexpr (requires { Model::logit_time(len); }) return int(Model::logit_time(len));
-  else return len;
+  if constexpr (requires { Model::logit_time(len); })
+    return int(Model::logit_time(len));
+  else
+    return len;
 }
 
 struct Config {
@@ -76,41 +79,47 @@ nlohmann::json run(const std::string& name, int layers, const Config& c, const t
     fail<config_error>("text_lm", "--eval-stride ", c.eval_stride, " scores targets that ", name,
                        " does not predict (it scores the last ", scored_columns<Model>(c.len), " of ", c.len, ")");
   typename Model::Options o;
-  if constexpr (requires { o.body.latent_layers; }) o.body.latent_layers = layers - 1;
-  else o.body.count = layers;
+  if constexpr (requires { o.body.latent_layers; })
+    o.body.latent_layers = layers - 1;
+  else
+    o.body.count = layers;
   Model model(o);
-  if constexpr (requires { model.initialize(c.seed); }) model.initialize(c.seed);
-  else core::initialize(model, c.seed);
+  if constexpr (requires { model.initialize(c.seed); })
+    model.initialize(c.seed);
+  else
+    core::initialize(model, c.seed);
   train::TrainerOptions to;
   to.steps = c.steps;
-  to.schedule = {.peak_lr = c.lr, .warmup_steps = c.steps / 20, .total_steps = c.steps,
-                 .decay = train::Schedule::Decay::cosine, .min_ratio = 0.1};
-  to.adamw = {.lr = c.lr, .beta2 = 0.95, .weight_decay = 0.1};
+  // 5 % linear warm-up, then cosine decay to 10 % of the peak.
+  to.schedule = {.decay = train::Schedule::Decay::cosine,
+                 .peak_lr = c.lr,
+                 .warmup_steps = c.steps / 20,
+                 .total_steps = c.steps,
+                 .min_ratio = 0.1};
+  to.adamw = {.beta2 = 0.95, .weight_decay = 0.1};
   to.data_seed = c.seed + 1;
-  to.log_every = int(std::max<std::int64_t>(1, c.steps / 20));
-  to.label = name;
+  to.progress = train::TerminalProgress(name, {.every = int(std::max<std::int64_t>(1, c.steps / 20))});
   train::Trainer trainer(model, to);
-  const auto summary = trainer.run([&](std::int64_t step, int) {
-    auto [ids, targets] = tasks::to_device<Space>(corpus.sample_batch(to.data_seed, std::uint64_t(step), c.batch, c.len));
-    return train::TokenBatch<Space>{ids, targets};
-  });
+  const auto summary =
+      trainer.run(tasks::corpus_batches<Space>(corpus, {.seed = to.data_seed, .batch = c.batch, .len = c.len}));
   auto& ws = trainer.workspace();
   // Every target once: non-overlapping windows, or for a latent model windows that advance by
   // M (each scores its last M targets; the split's first T − M targets go unscored).
   const int plain = scored_columns<Model>(c.len) == c.len ? 0 : scored_columns<Model>(c.len);
   const auto valid = evaluate(model, ws, corpus, tasks::Split::valid, c, plain);
   const auto test = evaluate(model, ws, corpus, tasks::Split::test, c, plain);
-  nlohmann::json j{{"arch", name},
-                   {"evaluation", plain == 0 ? "non-overlapping windows of len"
-                                             : "windows of len advancing by the latents M, each scoring its last M targets"},
-                   {"scored_per_window", scored_columns<Model>(c.len)},
-                   {"parameters", core::parameter_count(model)},
-                   {"train_tokens", summary.tokens},  // input tokens (PerceiverAR scores M of every len)
-                   {"tokens_per_second", summary.tokens_per_second()},
-                   {"seconds", summary.seconds},
-                   {"peak_workspace_bytes", ws.peak_bytes()},
-                   {"valid", {{"ppl", valid.ppl.ppl()}, {"bits_per_byte", valid.ppl.bits_per_byte()}, {"tokens", valid.tokens}}},
-                   {"test", {{"ppl", test.ppl.ppl()}, {"bits_per_byte", test.ppl.bits_per_byte()}, {"tokens", test.tokens}}}};
+  nlohmann::json j{
+      {"arch", name},
+      {"evaluation", plain == 0 ? "non-overlapping windows of len"
+                                : "windows of len advancing by the latents M, each scoring its last M targets"},
+      {"scored_per_window", scored_columns<Model>(c.len)},
+      {"parameters", core::parameter_count(model)},
+      {"train_tokens", summary.tokens},  // input tokens (PerceiverAR scores M of every len)
+      {"tokens_per_second", summary.tokens_per_second()},
+      {"seconds", summary.seconds},
+      {"peak_workspace_bytes", ws.peak_bytes()},
+      {"valid", {{"ppl", valid.ppl.ppl()}, {"bits_per_byte", valid.ppl.bits_per_byte()}, {"tokens", valid.tokens}}},
+      {"test", {{"ppl", test.ppl.ppl()}, {"bits_per_byte", test.ppl.bits_per_byte()}, {"tokens", test.tokens}}}};
   if (c.eval_stride > 0) {
     const auto w = evaluate(model, ws, corpus, tasks::Split::test, c, c.eval_stride);
     j["test_windowed"] = {{"stride", c.eval_stride}, {"ppl", w.ppl.ppl()}, {"bits_per_byte", w.ppl.bits_per_byte()}};
@@ -118,10 +127,12 @@ nlohmann::json run(const std::string& name, int layers, const Config& c, const t
   std::vector<double> curve;
   for (const auto& s : summary.log) curve.push_back(s.loss);
   j["loss_curve"] = curve;
-  std::printf("%-16s %9lld params  %lld tokens  valid ppl %.3f (%.3f bpb)  test ppl %.3f (%.3f bpb)  %.0f tok/s  peak ws %.1f MB\n",
-              name.c_str(), static_cast<long long>(core::parameter_count(model)),
-              static_cast<long long>(summary.tokens), valid.ppl.ppl(), valid.ppl.bits_per_byte(), test.ppl.ppl(),
-              test.ppl.bits_per_byte(), summary.tokens_per_second(), double(ws.peak_bytes()) / 1e6);
+  std::printf(
+      "%-16s %9lld params  %lld tokens  valid ppl %.3f (%.3f bpb)  test ppl %.3f (%.3f bpb)  %.0f tok/s  peak ws %.1f "
+      "MB\n",
+      name.c_str(), static_cast<long long>(core::parameter_count(model)), static_cast<long long>(summary.tokens),
+      valid.ppl.ppl(), valid.ppl.bits_per_byte(), test.ppl.ppl(), test.ppl.bits_per_byte(), summary.tokens_per_second(),
+      double(ws.peak_bytes()) / 1e6);
   return j;
 }
 
@@ -141,7 +152,8 @@ int main(int argc, char** argv) {
   app.add_option("--len", c.len, "bytes per sequence")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--lr", c.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--eval-tokens", c.eval_tokens, "bytes scored per split (0: all)")->capture_default_str();
-  app.add_option("--eval-stride", c.eval_stride, "also evaluate with ECP-style windows of this stride")->capture_default_str();
+  app.add_option("--eval-stride", c.eval_stride, "also evaluate with ECP-style windows of this stride")
+      ->capture_default_str();
   app.add_option("--seed", c.seed, "seed")->capture_default_str();
   app.add_option("--json", json_path, "write results and the loss curve as JSON");
   CLI11_PARSE(app, argc, argv);
@@ -155,12 +167,18 @@ int main(int argc, char** argv) {
                 static_cast<long long>(corpus.split_size(tasks::Split::test)), Space::name(),
                 core::compat::concurrency(Space{}));
     nlohmann::json j;
-    if (arch == "transformer") j = run<Transformer>(arch, 4, c, corpus);
-    else if (arch == "pha") j = run<Pha>(arch, 2, c, corpus);
-    else if (arch == "pha-seq") j = run<PhaSequential>(arch, 2, c, corpus);
-    else if (arch == "ecp") j = run<Ecp>(arch, 4, c, corpus);
-    else if (arch == "perceiver-ar") j = run<PerceiverAr>(arch, 4, c, corpus);
-    else fail<config_error>("text_lm", "unknown architecture '", arch, "' (transformer, pha, pha-seq, ecp, perceiver-ar)");
+    if (arch == "transformer")
+      j = run<Transformer>(arch, 4, c, corpus);
+    else if (arch == "pha")
+      j = run<Pha>(arch, 2, c, corpus);
+    else if (arch == "pha-seq")
+      j = run<PhaSequential>(arch, 2, c, corpus);
+    else if (arch == "ecp")
+      j = run<Ecp>(arch, 4, c, corpus);
+    else if (arch == "perceiver-ar")
+      j = run<PerceiverAr>(arch, 4, c, corpus);
+    else
+      fail<config_error>("text_lm", "unknown architecture '", arch, "' (transformer, pha, pha-seq, ecp, perceiver-ar)");
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << '\n';
   } catch (const hybridseq::error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -28,13 +28,13 @@ struct ExperimentConfig {
   std::optional<tasks::AnyTask> ood_task{};  // same task, shifted distribution
   std::int64_t steps = 1000;
   int batch = 8;
-  int min_len = 20, max_len = 50;      // training lengths
-  std::vector<int> eval_lengths{};     // length generalisation (each evaluated at exactly that length)
+  int min_len = 20, max_len = 50;   // training lengths
+  std::vector<int> eval_lengths{};  // length generalisation (each evaluated at exactly that length)
   int eval_batches = 8, eval_batch = 32;
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
   std::int64_t warmup = 100;
   std::uint64_t seed = 1;  // parameters; data uses seed + 1, evaluation seed + 2
-  train::ProgressMode progress = train::ProgressMode::automatic;
+  bool progress = true;    // a TerminalProgress line per architecture (stdout)
 };
 
 struct LengthAccuracy {
@@ -50,7 +50,7 @@ struct ArchResult {
   std::vector<LengthAccuracy> length_generalisation;
   std::optional<tasks::Accuracy> ood;
   double tokens_per_second = 0, seconds = 0;
-  std::vector<double> loss_curve;                  // per step
+  std::vector<double> loss_curve;                   // per step
   std::vector<std::vector<double>> mixing_weights;  // per mixing layer (PHA)
 };
 
@@ -92,25 +92,27 @@ ArchResult run_experiment(const std::string& name, int layers, const ExperimentC
   typename Model::Options options;
   options.body.count = layers;
   Model model(options);
-  if constexpr (requires { model.initialize(config.seed); }) model.initialize(config.seed);
-  else core::initialize(model, config.seed);
+  if constexpr (requires { model.initialize(config.seed); })
+    model.initialize(config.seed);
+  else
+    core::initialize(model, config.seed);
 
   train::TrainerOptions to;
   to.steps = config.steps;
   to.clip = config.clip;
-  to.schedule = {.peak_lr = config.lr, .warmup_steps = config.warmup, .total_steps = config.steps};
-  to.adamw = {.lr = config.lr, .weight_decay = config.weight_decay};
+  // Linear warm-up over `warmup` steps, then cosine decay to 0 (docs/results.md says so too).
+  to.schedule = {.decay = train::Schedule::Decay::cosine,
+                 .peak_lr = config.lr,
+                 .warmup_steps = config.warmup,
+                 .total_steps = config.steps};
+  to.adamw = {.weight_decay = config.weight_decay};
   to.data_seed = config.seed + 1;
-  to.progress = config.progress;
-  to.log_every = int(std::max<std::int64_t>(1, config.steps / 10));
-  to.label = name;
+  if (config.progress)
+    to.progress = train::TerminalProgress(name, {.every = int(std::max<std::int64_t>(1, config.steps / 10))});
   train::Trainer trainer(model, to);
-  const auto summary = trainer.run([&](std::int64_t step, int) {
-    const auto b = tasks::make_batch(config.task, to.data_seed, std::uint64_t(step), config.batch, config.min_len,
-                                     config.max_len);
-    auto [ids, targets] = tasks::to_device<Space>(b);
-    return train::TokenBatch<Space>{ids, targets};
-  });
+  const auto summary = trainer.run(tasks::task_batches<Space>(
+      config.task,
+      {.seed = to.data_seed, .batch = config.batch, .min_len = config.min_len, .max_len = config.max_len}));
 
   ArchResult r;
   r.arch = name;

@@ -9,7 +9,6 @@
 // longer lengths, OOD accuracy, tokens/s) and PHA's learned mixing weights per layer; writes
 // the same to JSON/CSV on request (scripts/plot_ablation.py turns the JSON into a PNG).
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <fstream>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "experiment.hpp"
+#include <nlohmann/json.hpp>
 
 using namespace hybridseq;
 using namespace hybridseq::ablate;
@@ -64,13 +64,15 @@ double mean_char(const std::vector<LengthAccuracy>& v) {
 }
 
 void print_table(const std::vector<ArchResult>& results, const ExperimentConfig& c, bool has_ood) {
-  std::printf("\n%-28s %9s %8s %8s %8s %10s %8s %10s\n", "architecture", "params", "loss", "char", "string",
-              "longer", has_ood ? "OOD" : "", "tokens/s");
+  std::printf("\n%-28s %9s %8s %8s %8s %10s %8s %10s\n", "architecture", "params", "loss", "char", "string", "longer",
+              has_ood ? "OOD" : "", "tokens/s");
   for (const auto& r : results) {
     std::printf("%-28s %9lld %8.4f %8.3f %8.3f %10.3f ", r.arch.c_str(), static_cast<long long>(r.parameters),
                 r.final_loss, r.accuracy.chr, r.accuracy.str, mean_char(r.length_generalisation));
-    if (r.ood) std::printf("%8.3f ", r.ood->chr);
-    else std::printf("%8s ", "");
+    if (r.ood)
+      std::printf("%8.3f ", r.ood->chr);
+    else
+      std::printf("%8s ", "");
     std::printf("%10.0f\n", r.tokens_per_second);
   }
   std::printf("(char/string: accuracy at training lengths %d-%d; longer: mean char accuracy at lengths", c.min_len,
@@ -134,7 +136,8 @@ nlohmann::json to_json(const std::vector<ArchResult>& results, const ExperimentC
 void write_csv(const std::string& path, const std::vector<ArchResult>& results) {
   std::ofstream out(path);
   if (!out) fail<io_error>("hybridseq-ablate", "cannot write '", path, "'");
-  out << "arch,parameters,final_loss,char_accuracy,string_accuracy,longer_char_accuracy,ood_char_accuracy,tokens_per_second\n";
+  out << "arch,parameters,final_loss,char_accuracy,string_accuracy,longer_char_accuracy,ood_char_accuracy,tokens_per_"
+         "second\n";
   for (const auto& r : results)
     out << r.arch << ',' << r.parameters << ',' << r.final_loss << ',' << r.accuracy.chr << ',' << r.accuracy.str << ','
         << mean_char(r.length_generalisation) << ',' << (r.ood ? std::to_string(r.ood->chr) : "") << ','
@@ -145,7 +148,8 @@ void write_csv(const std::string& path, const std::vector<ArchResult>& results) 
 
 int main(int argc, char** argv) {
   CLI::App app{"hybridseq-ablate: train architectures on a synthetic task and compare them"};
-  std::string task_name = "var-copy", arch_list = "ssm,ssm-big,tf,tf-big,ssm-tf,ssm-tf-tf,pha", json_path, csv_path, lengths = "60,80,100";
+  std::string task_name = "var-copy", arch_list = "ssm,ssm-big,tf,tf-big,ssm-tf,ssm-tf-tf,pha", json_path, csv_path,
+              lengths = "60,80,100";
   ExperimentConfig c{.task = tasks::make_task("var-copy", {}), .lr = 3e-3};
   c.steps = 4000;
   std::optional<double> rate, ood_rate;
@@ -155,10 +159,14 @@ int main(int argc, char** argv) {
   app.add_option("--arch", arch_list, "comma-separated architectures, 'pha-ablations' or 'all' (see --list)")
       ->capture_default_str();
   app.add_flag("--list", list, "list the architectures and exit");
-  app.add_option("--steps", c.steps, "training steps per architecture")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--steps", c.steps, "training steps per architecture")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--batch", c.batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--lr", c.lr, "peak learning rate (AdamW)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--warmup", c.warmup, "linear warm-up steps (0: none)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", c.warmup, "linear warm-up steps (0: none; at most --steps), then cosine decay to 0")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay")->capture_default_str();
   app.add_option("--clip", c.clip, "gradient-norm clip (0: off)")->capture_default_str();
   app.add_option("--seed", c.seed, "seed (parameters; data and evaluation derive from it)")->capture_default_str();
@@ -192,14 +200,14 @@ int main(int argc, char** argv) {
       c.ood_task = tasks::make_task(task_name, oo);
     }
     for (const auto& l : split(lengths)) c.eval_lengths.push_back(std::stoi(l));
-    c.progress = quiet ? train::ProgressMode::quiet : train::ProgressMode::automatic;
+    c.progress = !quiet;
     const auto chosen = select(all, split(arch_list));
 
-    std::printf("hybridseq-ablate: task %s (vocabulary %d), %lld steps x batch %d, lengths %d-%d, lr %.1e, warm-up %lld, "
-                "%s with %d thread(s)\n",
-                c.task.name().c_str(), c.task.vocab_size(), static_cast<long long>(c.steps), c.batch, c.min_len,
-                c.max_len, c.lr, static_cast<long long>(c.warmup), DefaultSpace::name(),
-                core::compat::concurrency(DefaultSpace{}));
+    std::printf(
+        "hybridseq-ablate: task %s (vocabulary %d), %lld steps x batch %d, lengths %d-%d, lr %.1e, warm-up %lld then "
+        "cosine decay, %s with %d thread(s)\n",
+        c.task.name().c_str(), c.task.vocab_size(), static_cast<long long>(c.steps), c.batch, c.min_len, c.max_len,
+        c.lr, static_cast<long long>(c.warmup), DefaultSpace::name(), core::compat::concurrency(DefaultSpace{}));
     std::vector<ArchResult> results;
     for (const auto& a : chosen) results.push_back(a.run(c));
     print_table(results, c, c.ood_task.has_value());

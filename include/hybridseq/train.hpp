@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// Training: AdamW, clipping, schedules, checkpoints, the training loop and its progress display.
+/// Training: AdamW, clipping, learning-rate schedules, checkpoints, the training loop, progress
+/// callbacks (and a terminal progress display for tools).
 #include "train/adamw.hpp"
 #include "train/checkpoint.hpp"
 #include "train/clip.hpp"

@@ -1,12 +1,15 @@
-// AdamW against torch.optim.AdamW (golden), gradient clipping and schedules.
+// AdamW against torch.optim.AdamW (golden), decay scopes, gradient clipping, schedules (closed
+// forms at the key steps) and the terminal progress display (ETA after a resume, plain lines).
 #include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <numbers>
+#include <string>
 
 #include <hybridseq/io/safetensors.hpp>
 #include <hybridseq/train.hpp>
-
-#include <cmath>
-#include <filesystem>
-#include <string>
 
 #include "support/spaces.hpp"
 
@@ -43,8 +46,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("AdamW matches torch.optim.AdamW, decay only on weight
   TwoParams<TestType> m;
   set(m.w.value(), file.read<float>("params/w"));
   set(m.g.value(), file.read<float>("params/g"));
-  train::AdamW<TwoParams<TestType>, TestType> opt(m, {.lr = 0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                                                      .weight_decay = 0.1});
+  train::AdamW<TwoParams<TestType>, TestType> opt(m, {.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1});
   const double lrs[] = {1e-2, 5e-3, 2e-2};
   double worst = 0;
   for (int step = 0; step < 3; ++step) {
@@ -78,22 +80,168 @@ HYBRIDSEQ_SPACE_TEST_CASE("global-norm clipping scales to the limit and refuses 
   REQUIRE_THROWS_AS(train::clip_gradient_norm(m, 1.0), value_error);
 }
 
-TEST_CASE("schedules: warm-up, linear and cosine decay", "[train][host]") {
-  train::Schedule s{.peak_lr = 1.0, .warmup_steps = 4, .total_steps = 14, .decay = train::Schedule::Decay::linear};
-  REQUIRE(s(0) == Approx(0.25));
-  REQUIRE(s(3) == Approx(1.0));
-  REQUIRE(s(4) == Approx(1.0));
-  REQUIRE(s(9) == Approx(0.5));
-  REQUIRE(s(14) == Approx(0.0));
-  s.decay = train::Schedule::Decay::cosine;
-  s.min_ratio = 0.1;
-  REQUIRE(s(9) == Approx(0.1 + 0.9 * 0.5));
-  REQUIRE(s(14) == Approx(0.1));
-  REQUIRE(s(100) == Approx(0.1));
+TEST_CASE("schedules: warm-up then linear, cosine or constant, exact at the key steps", "[train][host]") {
+  // P = 2e-3, W = 10, N = 110, r = 0.1: warm-up P·(s+1)/W; decays start at P at s = W, pass
+  // the midpoint at s = W + (N−W)/2 = 60, reach r·P at s = N and stay there.
+  using D = train::Schedule::Decay;
+  const double P = 2e-3, r = 0.1;
+  const std::int64_t W = 10, N = 110, mid = W + (N - W) / 2;
+  for (auto decay : {D::constant, D::linear, D::cosine}) {
+    const train::Schedule s{
+        .decay = decay, .peak_lr = P, .warmup_steps = W, .total_steps = N, .min_ratio = decay == D::constant ? 0.0 : r};
+    INFO("decay " << int(decay));
+    CHECK(s(0) == Approx(P / double(W)).epsilon(1e-15));  // step 0: P/W
+    CHECK(s(4) == Approx(P * 5.0 / double(W)).epsilon(1e-15));
+    CHECK(s(W - 1) == Approx(P).epsilon(1e-15));  // end of warm-up
+    CHECK(s(W) == Approx(P).epsilon(1e-15));
+    const double floor = decay == D::constant ? P : r * P;
+    CHECK(s(N) == Approx(floor).epsilon(1e-15));       // end
+    CHECK(s(10 * N) == Approx(floor).epsilon(1e-15));  // past the end: the floor
+  }
+  const train::Schedule lin{.decay = D::linear, .peak_lr = P, .warmup_steps = W, .total_steps = N, .min_ratio = r};
+  const train::Schedule cos{.decay = D::cosine, .peak_lr = P, .warmup_steps = W, .total_steps = N, .min_ratio = r};
+  const train::Schedule con{.decay = D::constant, .peak_lr = P, .warmup_steps = W, .total_steps = N};
+  CHECK(lin(mid) == Approx(P * (r + (1 - r) * 0.5)).epsilon(1e-15));  // midpoint
+  CHECK(cos(mid) == Approx(P * (r + (1 - r) * 0.5)).epsilon(1e-15));
+  CHECK(con(mid) == Approx(P).epsilon(1e-15));
+  // A quarter of the way: linear 3/4, cosine ½(1 + cos π/4).
+  CHECK(lin(W + 25) == Approx(P * (r + (1 - r) * 0.75)).epsilon(1e-15));
+  CHECK(cos(W + 25) == Approx(P * (r + (1 - r) * 0.5 * (1 + std::cos(std::numbers::pi / 4)))).epsilon(1e-15));
+  CHECK(lin(N - 1) == Approx(P * (r + (1 - r) * 0.01)).epsilon(1e-15));  // the last update of N steps
+  // No warm-up: P from step 0, the decay starts at once.
+  const train::Schedule cold{.decay = D::cosine, .peak_lr = 1.0, .warmup_steps = 0, .total_steps = 4};
+  CHECK(cold(0) == 1.0);
+  CHECK(cold(2) == Approx(0.5).epsilon(1e-15));
+  CHECK(cold(4) == Approx(0.0).margin(1e-15));
+  // Warm-up over the whole run: the decay never starts.
+  const train::Schedule warm{.decay = D::linear, .peak_lr = 1.0, .warmup_steps = 4, .total_steps = 4};
+  CHECK(warm(1) == 0.5);
+  CHECK(warm(3) == 1.0);
+  CHECK(warm(4) == 1.0);
 }
 
-TEST_CASE("AdamW refuses invalid options", "[train][host]") {
+TEST_CASE("schedules refuse bad arguments, naming the API and the values", "[train][host]") {
+  using D = train::Schedule::Decay;
+  auto refused = [](const train::Schedule& s, const std::string& what) {
+    CHECK_THROWS_AS(s.validate(), value_error);
+    CHECK_THROWS_WITH(s(0), Catch::Contains("hybridseq::train::Schedule") && Catch::Contains(what));
+  };
+  refused({.peak_lr = -1e-3}, "peak_lr must be finite and >= 0, got -0.001");
+  refused({.peak_lr = std::nan("")}, "peak_lr must be finite");
+  refused({.total_steps = 0}, "total_steps must be >= 1, got 0");
+  refused({.warmup_steps = 20, .total_steps = 10}, "warmup_steps must be in [0, total_steps = 10], got 20");
+  refused({.warmup_steps = -1}, "got -1");
+  refused({.min_ratio = 1.5}, "min_ratio must be in [0, 1], got 1.5");
+  refused({.decay = D::constant, .min_ratio = 0.1}, "no effect on a constant schedule");
+  CHECK_THROWS_WITH(train::Schedule{}(-1), Catch::Contains("step must be >= 0, got -1"));
+  CHECK_NOTHROW(train::Schedule{.decay = D::constant, .peak_lr = 0, .total_steps = 1}.validate());
+}
+
+namespace {
+template <class Space>
+struct WeightBiasScalar {
+  using execution_space = Space;
+  core::Parameter<float, Space> w{{2, 2}, core::Role::weight, core::Init::ones()};
+  core::Parameter<float, Space> b{{2}, core::Role::bias, core::Init::ones()};
+  core::Parameter<float, Space> s{{1}, core::Role::scalar, core::Init::ones()};
+  template <class V>
+  void visit_parameters(V&& visit) {
+    visit("w", w);
+    visit("b", b);
+    visit("s", s);
+  }
+};
+}  // namespace
+
+HYBRIDSEQ_SPACE_TEST_CASE("AdamW decay scope: matrices only, or every parameter", "[train]") {
+  // Zero gradients: the Adam term is 0, so a step is θ ← θ − lr·λ·θ where decay applies.
+  const double lr = 0.1, wd = 0.5;
+  const float decayed = float(1.0 - lr * wd);
+  for (auto scope : {train::DecayScope::matrices, train::DecayScope::all}) {
+    INFO("scope " << int(scope));
+    WeightBiasScalar<TestType> m;
+    for (auto* p : {&m.w, &m.b, &m.s}) {
+      Kokkos::deep_copy(p->value(), 1.0f);
+      Kokkos::deep_copy(p->grad(), 0.0f);
+    }
+    train::AdamW<WeightBiasScalar<TestType>, TestType> opt(m, {.weight_decay = wd, .decay_scope = scope});
+    opt.step(lr);
+    const float other = scope == train::DecayScope::all ? decayed : 1.0f;
+    for (float x : get(m.w.value())) CHECK(x == Approx(decayed).epsilon(1e-6));  // matrix: always
+    for (float x : get(m.b.value())) CHECK(x == Approx(other).epsilon(1e-6));    // bias
+    CHECK(get(m.s.value())[0] == Approx(other).epsilon(1e-6));                   // scalar
+  }
+}
+
+TEST_CASE("AdamW refuses invalid options and learning rates", "[train][host]") {
   TwoParams<Kokkos::Serial> m;
   using Opt = train::AdamW<TwoParams<Kokkos::Serial>, Kokkos::Serial>;
-  REQUIRE_THROWS_WITH(Opt(m, {.lr = 1e-3, .beta1 = 1.0}), Catch::Matchers::Contains("hybridseq::train::AdamW: invalid options"));
+  REQUIRE_THROWS_WITH(Opt(m, {.beta1 = 1.0}), Catch::Matchers::Contains("hybridseq::train::AdamW: invalid options"));
+  REQUIRE_THROWS_WITH(Opt(m, {.weight_decay = -1}), Catch::Matchers::Contains("weight_decay=-1"));
+  Opt opt(m, {});
+  CHECK_THROWS_WITH(opt.step(-1e-3), Catch::Contains("hybridseq::train::AdamW::step") && Catch::Contains("-0.001"));
+  CHECK_THROWS_AS(opt.step(std::nan("")), value_error);
+  CHECK(opt.step_count() == 0);
+}
+
+TEST_CASE("progress: rate and ETA count only this process's steps (after a resume)", "[train][host]") {
+  // Resumed from step 600 of 1000; 100 steps in 50 s: 2 steps/s, 300 steps left: 150 s
+  // (not 50/700·300 ≈ 21 s, the whole run's steps over this process's time).
+  const train::Progress p{.step = 700, .total = 1000, .start_step = 600, .tokens = 6400, .elapsed = 50};
+  CHECK(p.steps_per_second() == Approx(2.0));
+  CHECK(p.eta_seconds() == Approx(150.0));
+  CHECK(p.tokens_per_second() == Approx(128.0));
+  const train::Progress fresh{.step = 250, .total = 1000, .start_step = 0, .elapsed = 25};
+  CHECK(fresh.eta_seconds() == Approx(75.0));
+  CHECK(std::isnan(train::Progress{.step = 600, .total = 1000, .start_step = 600, .elapsed = 0}.eta_seconds()));
+  CHECK(train::Progress{.step = 1000, .total = 1000, .start_step = 600, .elapsed = 9}.eta_seconds() == 0);
+}
+
+namespace {
+std::string read_all(std::FILE* f) {
+  std::fflush(f);
+  std::rewind(f);
+  std::string out;
+  for (int c; (c = std::fgetc(f)) != EOF;) out.push_back(char(c));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("progress: plain lines off a terminal, one redrawn line on one", "[train][host]") {
+  const auto report = [](std::int64_t step, bool last) {
+    return train::Progress{.step = step,
+                           .total = 10,
+                           .start_step = 2,
+                           .last = last,
+                           .loss = 1.5,
+                           .lr = 1e-3,
+                           .tokens = 100 * (step - 2),
+                           .elapsed = 0.5 * double(step - 2)};
+  };
+  {
+    std::FILE* f = std::tmpfile();
+    REQUIRE(f != nullptr);
+    const train::TerminalProgress lines("run", {.every = 4, .stream = f});  // a file is not a terminal
+    CHECK_FALSE(lines.terminal());
+    for (std::int64_t s = 3; s <= 10; ++s) lines(report(s, s == 10));
+    // The first step of the run (3), every 4th (4, 8) and the last (10); no carriage returns.
+    CHECK(read_all(f) ==
+          "run  step 3/10  loss 1.5000  lr 1.00e-03  200 tok/s  ETA 4s\n"
+          "run  step 4/10  loss 1.5000  lr 1.00e-03  200 tok/s  ETA 3s\n"
+          "run  step 8/10  loss 1.5000  lr 1.00e-03  200 tok/s  ETA 1s\n"
+          "run  step 10/10  loss 1.5000  lr 1.00e-03  200 tok/s  ETA 0s\n");
+    std::fclose(f);
+  }
+  {
+    std::FILE* f = std::tmpfile();
+    REQUIRE(f != nullptr);
+    const train::TerminalProgress term("run", {.every = 4, .stream = f, .terminal = true});
+    CHECK(term.terminal());
+    term(report(3, false));
+    term(report(10, true));
+    CHECK(read_all(f) ==
+          "\rrun  step 3/10  loss 1.5000  lr 1.00e-03  200 tok/s  ETA 4s   "
+          "\rrun  step 10/10  loss 1.5000  lr 1.00e-03  200 tok/s  ETA 0s   \n");
+    std::fclose(f);
+  }
 }

@@ -25,7 +25,9 @@ using Hybrid = cases::HybridTiny<float, Space>;
 inline constexpr int hybrid_vocab = cases::model_vocab;
 
 /// A var-copy stream restricted to the tiny models' vocabulary of 11: 4 letters, shifts #1..#3.
-inline tasks::AnyTask tiny_task() { return tasks::make_task("var-copy", {.n_v = 4, .min_shift = 1, .max_shift = 3}); }
+inline tasks::AnyTask tiny_task() {
+  return tasks::make_task("var-copy", {.n_v = 4, .min_shift = 1, .max_shift = 3});
+}
 
 template <class Model>
 Model make_model(std::uint64_t seed, int count = 1) {
@@ -37,12 +39,9 @@ Model make_model(std::uint64_t seed, int count = 1) {
 }
 
 template <class Space>
-auto task_source(const tasks::AnyTask& task, std::uint64_t seed, int batch = 4) {
-  return [&task, seed, batch](std::int64_t step, int micro) {
-    const auto b = tasks::make_batch(task, seed, std::uint64_t(step) * 16 + micro, batch, 12, 16);
-    auto [ids, targets] = tasks::to_device<Space>(b);
-    return train::TokenBatch<Space>{ids, targets};
-  };
+auto task_source(const tasks::AnyTask& task, std::uint64_t seed, int accumulation = 1) {
+  return tasks::task_batches<Space>(
+      task, {.seed = seed, .batch = 4, .min_len = 12, .max_len = 16, .accumulation = accumulation});
 }
 
 template <class Model>
@@ -58,26 +57,45 @@ HYBRIDSEQ_SPACE_TEST_CASE("trainer: resuming from a checkpoint reproduces the un
                           "[trainer][checkpoint]") {
   const auto task = tiny_task();
   REQUIRE(task.vocab_size() <= hybrid_vocab);
-  const auto path = std::filesystem::temp_directory_path() / (std::string("hybridseq_resume_") + TestType::name() + ".safetensors");
-  train::TrainerOptions o{.steps = 12, .accumulation = 2, .clip = 0.5,
-                          .schedule = {.peak_lr = 3e-3, .warmup_steps = 3, .total_steps = 12},
-                          .adamw = {.lr = 3e-3, .weight_decay = 0.1}, .data_seed = 42,
-                          .progress = train::ProgressMode::quiet};
+  const auto path =
+      std::filesystem::temp_directory_path() / (std::string("hybridseq_resume_") + TestType::name() + ".safetensors");
+  std::vector<train::Progress> reports;
+  train::TrainerOptions o{
+      .steps = 12,
+      .accumulation = 2,
+      .clip = 0.5,
+      .schedule = {.decay = train::Schedule::Decay::cosine, .peak_lr = 3e-3, .warmup_steps = 3, .total_steps = 12},
+      .adamw = {.weight_decay = 0.1},
+      .data_seed = 42,
+      .progress = [&reports](const train::Progress& p) { reports.push_back(p); }};
+  const auto source = task_source<TestType>(task, o.data_seed, o.accumulation);
 
   auto a = make_model<Hybrid<TestType>>(1);
   train::Trainer ta(a, o);
-  const auto first = ta.run(task_source<TestType>(task, o.data_seed), 5);
+  const auto first = ta.run(source, 5);
   ta.save(path);
-  const auto rest = ta.run(task_source<TestType>(task, o.data_seed));
+  const auto rest = ta.run(source);
   REQUIRE(first.log.size() == 5);
   REQUIRE(rest.log.size() == 7);
+  // One report per step, with the schedule's lr; the second run starts from step 5.
+  REQUIRE(reports.size() == 12);
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    INFO("report " << i);
+    CHECK(reports[i].step == std::int64_t(i) + 1);
+    CHECK(reports[i].total == 12);
+    CHECK(reports[i].start_step == (i < 5 ? 0 : 5));
+    CHECK(reports[i].last == (i == 4 || i == 11));
+    CHECK(reports[i].lr == o.schedule(std::int64_t(i)));
+    CHECK(reports[i].loss == (i < 5 ? first.log[i].loss : rest.log[i - 5].loss));
+    CHECK(reports[i].tokens == std::int64_t(i < 5 ? i + 1 : i - 4) * 2 * 4 * 16);
+  }
 
   auto b = make_model<Hybrid<TestType>>(999);  // different initial parameters: all must come from the file
   train::Trainer tb(b, o);
   tb.resume(path);
   CHECK(tb.step() == 5);
   CHECK(tb.optimizer().step_count() == 5);
-  const auto resumed = tb.run(task_source<TestType>(task, o.data_seed));
+  const auto resumed = tb.run(source);
   REQUIRE(resumed.log.size() == rest.log.size());
   for (std::size_t i = 0; i < rest.log.size(); ++i) {
     INFO("step " << rest.log[i].step);
@@ -101,8 +119,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("trainer: resuming from a checkpoint reproduces the un
   CHECK_THROWS_AS(tb.resume(path), io_error);
 }
 
-HYBRIDSEQ_SPACE_TEST_CASE("trainer: gradient accumulation over two half batches equals one full batch",
-                          "[trainer]") {
+HYBRIDSEQ_SPACE_TEST_CASE("trainer: gradient accumulation over two half batches equals one full batch", "[trainer]") {
   // Every target supervised, equal counts per micro-batch: the mean of the two micro-batch
   // means is the full batch's mean, so the gradients agree to rounding.
   using M = cases::TransformerTiny<double, TestType>;
@@ -120,12 +137,12 @@ HYBRIDSEQ_SPACE_TEST_CASE("trainer: gradient accumulation over two half batches 
   };
   auto grads_after = [&](int accumulation) {
     auto m = make_model<M>(5, 2);
-    train::Trainer t(m, {.steps = 1, .accumulation = accumulation, .clip = 0,
-                         .schedule = {.peak_lr = 0.0, .total_steps = 1}, .progress = train::ProgressMode::quiet});
-    const auto log = t.run([&](std::int64_t, int micro) {
-      auto [ids, targets] = tasks::to_device<TestType>(accumulation == 1 ? full : half(micro));
-      return train::TokenBatch<TestType>{ids, targets};
-    });
+    train::Trainer t(m, {.steps = 1,
+                         .accumulation = accumulation,
+                         .clip = 0,
+                         .schedule = {.decay = train::Schedule::Decay::constant, .peak_lr = 0.0, .total_steps = 1}});
+    const auto log = t.run(
+        [&](std::int64_t, int micro) { return tasks::to_device<TestType>(accumulation == 1 ? full : half(micro)); });
     std::vector<double> g;
     core::for_each_parameter(m, [&](std::string_view, auto& p) {
       const auto v = testing::to_vector(p.grad());
@@ -147,13 +164,47 @@ HYBRIDSEQ_SPACE_TEST_CASE("trainer: gradient accumulation over two half batches 
 
 HYBRIDSEQ_SPACE_TEST_CASE("trainer: a non-finite loss stops training with the step named", "[trainer]") {
   auto m = make_model<Hybrid<TestType>>(1);
-  train::Trainer t(m, {.steps = 3, .progress = train::ProgressMode::quiet});
+  train::Trainer t(m, {.steps = 3, .schedule = {.total_steps = 3}});
   core::for_each_parameter(m, [](std::string_view name, auto& p) {
     if (name == "head.weight") Kokkos::deep_copy(p.value(), std::numeric_limits<float>::infinity());
   });
   const auto task = tiny_task();
   CHECK_THROWS_AS(t.run(task_source<TestType>(task, 1)), value_error);
   CHECK_THROWS_AS(train::Trainer(m, {.accumulation = 0}), value_error);
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("trainer: refuses a schedule that does not span the training, or a bad one", "[trainer]") {
+  auto m = make_model<Hybrid<TestType>>(1);
+  CHECK_THROWS_WITH(
+      train::Trainer(m, {.steps = 3, .schedule = {.total_steps = 4}}),
+      Catch::Contains("hybridseq::train::Trainer") && Catch::Contains("schedule.total_steps is 4 but steps is 3"));
+  CHECK_THROWS_WITH(train::Trainer(m, {.steps = 3, .schedule = {.warmup_steps = 5, .total_steps = 3}}),
+                    Catch::Contains("hybridseq::train::Schedule") && Catch::Contains("got 5"));
+  CHECK_NOTHROW(train::Trainer(m, {}));  // the defaults agree (1000 steps)
+}
+
+TEST_CASE("tasks::task_batches: batch k of step s is make_batch(seed, s·accumulation + k)", "[trainer][host]") {
+  using Space = Kokkos::Serial;
+  const auto task = tiny_task();
+  const auto source =
+      tasks::task_batches<Space>(task, {.seed = 7, .batch = 3, .min_len = 12, .max_len = 16, .accumulation = 2});
+  const auto [ids, targets] = source(4, 1);
+  const auto want = tasks::make_batch(task, 7, 4 * 2 + 1, 3, 12, 16);
+  REQUIRE(ids.extent(0) == 3);
+  REQUIRE(ids.extent(1) == 16);
+  auto hi = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, ids);
+  auto ht = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, targets);
+  for (int r = 0; r < 3; ++r)
+    for (int t = 0; t < 16; ++t) {
+      CHECK(hi(r, t) == want.ids[std::size_t(r) * 16 + t]);
+      CHECK(ht(r, t) == want.targets[std::size_t(r) * 16 + t]);
+    }
+  CHECK_THROWS_WITH(source(4, 2), Catch::Contains("hybridseq::tasks::task_batches") &&
+                                      Catch::Contains("micro-batch 2; the stream has 2"));
+  CHECK_THROWS_WITH(tasks::task_batches<Space>(task, {.batch = 0, .min_len = 1, .max_len = 2}),
+                    Catch::Contains("batch is 0"));
+  CHECK_THROWS_WITH(tasks::task_batches<Space>(task, {.min_len = 5, .max_len = 2}),
+                    Catch::Contains("lengths are [5, 2]"));
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("decode: greedy generation is the argmax of the full forward, and sampling replays",

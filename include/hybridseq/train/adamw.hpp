@@ -3,12 +3,15 @@
 /// AdamW (Loshchilov & Hutter 2019): Adam with decoupled weight decay.
 ///
 ///   m ← β₁m + (1−β₁)g,  v ← β₂v + (1−β₂)g²
-///   θ ← θ − lr·( m̂ / (√v̂ + ε) + λ·θ )      m̂, v̂ bias-corrected; λ only on weights
+///   θ ← θ − lr·( m̂ / (√v̂ + ε) + λ·θ )      m̂, v̂ bias-corrected
 ///
-/// Weight decay applies to parameters whose role decays (matrices), never to norms, biases,
-/// embeddings or scalars. Moments are kept in float (fp32) whatever the parameter type's
-/// precision would allow, as in PyTorch's default. State is reached through the parameter
-/// visitor, so it follows the model's dotted names (for checkpoints).
+/// The learning rate is not an option: every `step(lr)` is given it, by the trainer from its
+/// `Schedule` (the one owner of the learning rate). Weight decay λ applies by default to the
+/// parameters whose role decays (matrices: `DecayScope::matrices`), never to norms, biases,
+/// embeddings or scalars; `DecayScope::all` decays every parameter. Moments are kept in float
+/// (fp32) whatever the parameter type's precision would allow, as in PyTorch's default. State
+/// is reached through the parameter visitor, so it follows the model's dotted names (for
+/// checkpoints).
 
 #include <cmath>
 #include <cstdint>
@@ -22,12 +25,18 @@
 
 namespace hybridseq::train {
 
+/// Which parameters weight decay applies to.
+enum class DecayScope {
+  matrices,  // Role::weight only (core::decays): not norms, biases, embeddings, scalars
+  all,       // every parameter
+};
+
 struct AdamWOptions {
-  double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
+  DecayScope decay_scope = DecayScope::matrices;
 };
 
 namespace detail {
@@ -54,10 +63,12 @@ template <class Module, ExecutionSpace Space = typename Module::execution_space>
 class AdamW {
  public:
   AdamW(Module& module, const AdamWOptions& options) : module_(module), options_(options) {
-    if (!(options.lr >= 0) || !(options.beta1 >= 0 && options.beta1 < 1) || !(options.beta2 >= 0 && options.beta2 < 1) ||
-        !(options.eps > 0) || !(options.weight_decay >= 0))
-      fail<value_error>("hybridseq::train::AdamW", "invalid options lr=", options.lr, " beta1=", options.beta1,
-                        " beta2=", options.beta2, " eps=", options.eps, " weight_decay=", options.weight_decay);
+    if (!(options.beta1 >= 0 && options.beta1 < 1) || !(options.beta2 >= 0 && options.beta2 < 1) ||
+        !(options.eps > 0) || !(options.weight_decay >= 0) || !std::isfinite(options.weight_decay) ||
+        !(options.decay_scope == DecayScope::matrices || options.decay_scope == DecayScope::all))
+      fail<value_error>("hybridseq::train::AdamW", "invalid options beta1=", options.beta1, " beta2=", options.beta2,
+                        " eps=", options.eps, " weight_decay=", options.weight_decay,
+                        " decay_scope=", static_cast<int>(options.decay_scope));
     core::for_each_parameter(module_, [&](std::string_view name, auto& p) {
       static_assert(std::is_same_v<typename std::remove_reference_t<decltype(p)>::execution_space, Space>,
                     "hybridseq::train::AdamW: every parameter must live in the optimizer's execution space");
@@ -66,8 +77,11 @@ class AdamW {
     });
   }
 
-  /// One update with learning rate `lr` (from a schedule); increments the step count.
+  /// One update with learning rate `lr` (the schedule's, for this step); increments the step
+  /// count. A negative or non-finite lr is a value_error (nothing is updated).
   void step(double lr) {
+    if (!std::isfinite(lr) || lr < 0)
+      fail<value_error>("hybridseq::train::AdamW::step", "learning rate must be finite and >= 0, got ", lr);
     ++step_;
     const float c1 = static_cast<float>(1 - std::pow(options_.beta1, double(step_)));
     const float c2 = static_cast<float>(1 - std::pow(options_.beta2, double(step_)));
@@ -75,15 +89,15 @@ class AdamW {
     core::for_each_parameter(module_, [&](std::string_view, auto& p) {
       using T = typename std::remove_reference_t<decltype(p)>::scalar_type;
       const auto& s = states_[k++];
-      const float decay = core::decays(p.role()) ? static_cast<float>(options_.weight_decay) : 0.0f;
-      Kokkos::parallel_for("hybridseq::train::AdamW::step", Kokkos::RangePolicy<Space>(0, p.numel()),
-                           detail::AdamWUpdate<T, Space>{p.value(), p.grad(), s.m, s.v, float(options_.beta1),
-                                                         float(options_.beta2), float(options_.eps), float(lr), decay,
-                                                         c1, c2});
+      const bool decayed = options_.decay_scope == DecayScope::all || core::decays(p.role());
+      const float decay = decayed ? static_cast<float>(options_.weight_decay) : 0.0f;
+      Kokkos::parallel_for(
+          "hybridseq::train::AdamW::step", Kokkos::RangePolicy<Space>(0, p.numel()),
+          detail::AdamWUpdate<T, Space>{p.value(), p.grad(), s.m, s.v, float(options_.beta1), float(options_.beta2),
+                                        float(options_.eps), float(lr), decay, c1, c2});
     });
   }
 
-  void step() { step(options_.lr); }
   std::int64_t step_count() const { return step_; }
   const AdamWOptions& options() const { return options_; }
 
@@ -100,8 +114,8 @@ class AdamW {
 
  private:
   struct State {
-    std::string name;             // the parameter's dotted name
-    Tensor<float*, Space> m, v;   // (numel) first and second moments
+    std::string name;            // the parameter's dotted name
+    Tensor<float*, Space> m, v;  // (numel) first and second moments
   };
 
   Module& module_;

@@ -1,14 +1,16 @@
 #pragma once
 /// \file
-/// The training loop: gradient accumulation, global-norm clipping, AdamW with a schedule,
-/// a progress display, periodic checkpoints and exact resumption.
+/// The training loop: gradient accumulation, global-norm clipping, AdamW with the learning
+/// rate of a schedule, progress reports to a callback, periodic checkpoints and exact resumption.
 ///
 /// Data comes from a callable `source(step, micro) -> TokenBatch<Space>`; it must be a pure
-/// function of (step, micro) (the tasks' and corpora's batch makers are), so a checkpoint's
-/// step *is* the data stream's state and a resumed run sees exactly the batches the
-/// uninterrupted one would have. With deterministic kernels (ours are: no atomics in
+/// function of (step, micro) (`tasks::task_batches` and `tasks::corpus_batches` are), so a
+/// checkpoint's step *is* the data stream's state and a resumed run sees exactly the batches
+/// the uninterrupted one would have. With deterministic kernels (ours are: no atomics in
 /// reductions) the resumed losses are bit-identical on the same execution space.
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -20,6 +22,7 @@
 #include "../core/error.hpp"
 #include "../core/parameter.hpp"
 #include "../core/workspace.hpp"
+#include "../tasks/to_device.hpp"
 #include "adamw.hpp"
 #include "checkpoint.hpp"
 #include "clip.hpp"
@@ -30,23 +33,18 @@ namespace hybridseq::train {
 
 /// One (micro-)batch of token ids and next-token targets (−100 = unsupervised), both (B, T).
 template <ExecutionSpace Space>
-struct TokenBatch {
-  Tensor<std::int32_t**, Space> ids;
-  Tensor<std::int32_t**, Space> targets;
-};
+using TokenBatch = tasks::TokenBatch<Space>;
 
 struct TrainerOptions {
-  std::int64_t steps = 1000;  // optimizer steps
+  std::int64_t steps = 1000;  // optimizer steps; must equal schedule.total_steps
   int accumulation = 1;       // micro-batches per step; the step's loss is their mean
   double clip = 1.0;          // global gradient-norm bound; 0 disables clipping
-  Schedule schedule{};        // learning rate per step (Schedule::peak_lr, warm-up, decay)
+  Schedule schedule{};        // the learning rate of every step (the optimizer has none of its own)
   AdamWOptions adamw{};
-  std::uint64_t data_seed = 1;  // recorded in checkpoints; the source uses it
-  ProgressMode progress = ProgressMode::automatic;
-  int log_every = 100;
-  std::string label = "train";
-  std::filesystem::path checkpoint{};  // where to save; empty: never
-  std::int64_t checkpoint_every = 0;  // steps between saves; 0: only at the end (if a path is set)
+  std::uint64_t data_seed = 1;                    // recorded in checkpoints; the source uses it
+  ProgressCallback progress{};                    // called after every step (e.g. TerminalProgress); empty: silent
+  std::filesystem::path checkpoint{};             // where to save; empty: never
+  std::int64_t checkpoint_every = 0;              // steps between saves; 0: only at the end (if a path is set)
   std::map<std::string, std::string> metadata{};  // stored in checkpoints
 };
 
@@ -76,9 +74,13 @@ class Trainer {
   Trainer(Model& model, const TrainerOptions& options)
       : model_(model), options_(options), optimizer_(model, options.adamw) {
     constexpr const char* api = "hybridseq::train::Trainer";
-    if (options.steps < 0) fail<value_error>(api, "steps must be >= 0, got ", options.steps);
+    if (options.steps < 1) fail<value_error>(api, "steps must be >= 1, got ", options.steps);
     if (options.accumulation < 1) fail<value_error>(api, "accumulation must be >= 1, got ", options.accumulation);
     if (!(options.clip >= 0)) fail<value_error>(api, "clip must be >= 0 (0 = off), got ", options.clip);
+    options.schedule.validate();
+    if (options.schedule.total_steps != options.steps)
+      fail<value_error>(api, "schedule.total_steps is ", options.schedule.total_steps, " but steps is ", options.steps,
+                        " (the schedule must span the training)");
   }
 
   /// Trains from the current step up to `until` (default: options.steps). Throws value_error
@@ -87,9 +89,9 @@ class Trainer {
   TrainSummary run(Source&& source, std::int64_t until = -1) {
     constexpr const char* api = "hybridseq::train::Trainer::run";
     const std::int64_t end = until < 0 ? options_.steps : std::min(until, options_.steps);
-    Progress progress(options_.label, options_.steps, options_.progress, options_.log_every);
     TrainSummary summary;
     const auto start = std::chrono::steady_clock::now();
+    const std::int64_t start_step = step_;
     for (; step_ < end; ++step_) {
       core::zero_grad(model_);
       double loss = 0;
@@ -105,7 +107,16 @@ class Trainer {
       const double lr = options_.schedule(step_);
       optimizer_.step(lr);
       summary.log.push_back({step_ + 1, loss, lr, norm});
-      progress.update(step_ + 1, loss, lr, summary.tokens);
+      if (options_.progress)
+        options_.progress({.step = step_ + 1,
+                           .total = options_.steps,
+                           .start_step = start_step,
+                           .last = step_ + 1 == end,
+                           .loss = loss,
+                           .lr = lr,
+                           .grad_norm = norm,
+                           .tokens = summary.tokens,
+                           .elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
       if (!options_.checkpoint.empty() && options_.checkpoint_every > 0 && (step_ + 1) % options_.checkpoint_every == 0)
         save(options_.checkpoint, step_ + 1);
     }
