@@ -2,7 +2,8 @@
 /// \file
 /// The attention branch: grouped-query attention with RoPE, dot-product or scaled-cosine
 /// scores, any banded segment scheme, concatenated or summed heads; forward, backward and
-/// KV-cache decoding.
+/// KV-cache decoding. A fused QKV projection and an output projection around the attention
+/// core (attention_core.hpp).
 ///
 ///   qkv = x W_qkvᵀ (+ b)         q (B,T,H,Dh), k, v (B,T,Hkv,Dh); head h reads kv head ⌊h·Hkv/H⌋
 ///   q, k ← RoPE(q, k)            rotate-half on the first rotary_dim dims of each head
@@ -12,6 +13,7 @@
 ///
 /// The summed-heads form with head_dim = d_model is the GPT-NeoX layer of Cooper et al.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -19,77 +21,10 @@
 #include "../core/check.hpp"
 #include "../core/parameter.hpp"
 #include "../core/workspace.hpp"
-#include "../kernels/attention/tiled_attention.hpp"
-#include "../kernels/rope.hpp"
+#include "attention_core.hpp"
 #include "linear.hpp"
 
 namespace hybridseq::layers {
-
-namespace schemes = kernels::attention;
-
-enum class Score { dot, cosine };
-enum class HeadMerge { concat, sum };
-
-/// Runtime options of every attention layer (one type, so that one call reaches each
-/// attention of a model: core::for_each_option<layers::AttentionOptions>(model_options, f)).
-struct AttentionOptions {
-  double init_std = 0.02;
-  double out_init_std = 0.02;
-  double rope_base = 10000.0;
-  std::int64_t max_cache = 4096;  // decoding: KV-cache capacity per sequence
-};
-
-/// The hint every "KV cache full" error gives: how to raise the capacity from any model.
-inline constexpr const char* raise_max_cache_hint =
-    "raise AttentionOptions::max_cache, e.g. for every attention of a model: "
-    "hybridseq::core::for_each_option<hybridseq::layers::AttentionOptions>(options, [](auto& a) { a.max_cache = n; })";
-
-/// Compile-time shape of an attention branch.
-struct AttentionShape {
-  int d_model;
-  int heads;
-  int kv_heads;
-  int head_dim;
-  int rotary_dim = 0;             // 0: no RoPE; head_dim: full; see rotary_dim_for()
-  Score score = Score::dot;
-  bool per_layer_scale = false;   // cosine: one temperature for all heads instead of one per head
-  bool qkv_bias = false;
-  bool out_bias = false;
-  HeadMerge merge = HeadMerge::concat;
-};
-
-namespace detail {
-
-// x̂ = x / max(‖x‖, ε) per head row, saving 1/max(‖x‖, ε).
-template <class T, class Space>
-struct NormalizeHeads {
-  Kokkos::View<T****, Kokkos::LayoutRight, typename Space::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>> x;
-  Tensor<T***, Space> inv_norm;  // (B, T, heads)
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t b, std::int64_t t, std::int64_t h) const {
-    T ss = 0;
-    for (std::int64_t d = 0; d < std::int64_t(x.extent(3)); ++d) ss += x(b, t, h, d) * x(b, t, h, d);
-    const T norm = math::sqrt(ss);
-    const T inv = T(1) / (norm > T(1e-12) ? norm : T(1e-12));
-    inv_norm(b, t, h) = inv;
-    for (std::int64_t d = 0; d < std::int64_t(x.extent(3)); ++d) x(b, t, h, d) *= inv;
-  }
-};
-
-// dx = (dx̂ − x̂ (x̂·dx̂)) / ‖x‖, in place on dx̂.
-template <class T, class Space>
-struct NormalizeHeadsBackward {
-  Kokkos::View<const T****, Kokkos::LayoutRight, typename Space::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>> xhat;
-  Kokkos::View<T****, Kokkos::LayoutRight, typename Space::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>> dx;
-  Tensor<const T***, Space> inv_norm;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t b, std::int64_t t, std::int64_t h) const {
-    T dot = 0;
-    for (std::int64_t d = 0; d < std::int64_t(dx.extent(3)); ++d) dot += xhat(b, t, h, d) * dx(b, t, h, d);
-    const T inv = inv_norm(b, t, h);
-    for (std::int64_t d = 0; d < std::int64_t(dx.extent(3)); ++d) dx(b, t, h, d) = (dx(b, t, h, d) - xhat(b, t, h, d) * dot) * inv;
-  }
-};
-
-}  // namespace detail
 
 /// Attention branch. `Scheme` is a segment scheme from kernels/attention/segment_schemes.hpp.
 ///
@@ -97,20 +32,13 @@ struct NormalizeHeadsBackward {
 /// Requires: heads % kv_heads == 0; T acceptable to the scheme (config_error otherwise).
 template <AttentionShape S, class Scheme = schemes::Causal, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class Attention {
-  static_assert(S.heads > 0 && S.kv_heads > 0 && S.head_dim > 0 && S.d_model > 0,
-                "hybridseq::layers::Attention: widths and head counts must be positive");
-  static_assert(S.heads % S.kv_heads == 0,
-                "hybridseq::layers::Attention: n_heads must be a multiple of n_kv_heads (grouped-query attention)");
-  static_assert(S.rotary_dim % 2 == 0 && S.rotary_dim >= 0 && S.rotary_dim <= S.head_dim,
-                "hybridseq::layers::Attention: rotary_dim must be even and within [0, head_dim]");
-
+  using Core = AttentionCore<S, T, Space>;
   static constexpr int rows_qkv = (S.heads + 2 * S.kv_heads) * S.head_dim;
   static constexpr int width_o = S.merge == HeadMerge::concat ? S.heads * S.head_dim : S.head_dim;
   static constexpr int rotated_heads = S.heads + S.kv_heads;  // q and k heads
   using Qkv = Linear<LinearShape{S.d_model, rows_qkv, S.qkv_bias}, T, Space>;
   using Out = Linear<LinearShape{width_o, S.d_model, S.out_bias}, T, Space>;
-  using Heads4 = Kokkos::View<T****, Kokkos::LayoutRight, typename Space::memory_space,
-                              Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Heads4 = typename Core::Heads4;
 
  public:
   using scalar_type = T;
@@ -125,8 +53,7 @@ class Attention {
   struct Saved {
     typename Qkv::Saved qkv_in;
     Tensor<T***, Space> qkv;        // (B, T, (H + 2Hkv)·Dh) after RoPE (and normalisation)
-    Tensor<T**, Space> cos, sin;    // (T, rotary/2)
-    Tensor<T***, Space> inv_norm;   // (B, T, H + Hkv) cosine only
+    typename Core::Positions positions;
     Tensor<T****, Space> o;         // (B, Tq, H, Dh)
     Tensor<T*, Space> lse;          // (B·H·Tq)
     Tensor<T***, Space> merged;     // (B, Tq, Dh) summed heads only
@@ -142,14 +69,9 @@ class Attention {
 
   explicit Attention(const Options& options = {})
       : options_(options),
+        core_(options, "hybridseq::layers::Attention"),
         wqkv_({options.init_std}),
-        wo_({options.out_init_std}),
-        logit_scale_({S.score == Score::cosine ? (S.per_layer_scale ? 1 : S.heads) : 0}, core::Role::scalar,
-                     core::Init::constant(std::log(10.0))),
-        alpha_("hybridseq::layers::Attention::alpha", S.heads) {
-    if (!(options.rope_base > 1.0))
-      fail<value_error>("hybridseq::layers::Attention", "rope_base must be > 1, got ", options.rope_base);
-  }
+        wo_({options.out_init_std}) {}
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
     constexpr const char* api = "hybridseq::layers::Attention::forward";
@@ -158,15 +80,13 @@ class Attention {
     Scheme::check(api, n);
     const std::int64_t tq = Scheme::query_count(n);
     core::check_shape(api, "y", y, core::dim(b), core::dim(tq), core::dim(S.d_model));
-    const Space exec{};
     s.q0 = n - tq;
     s.qkv = ws.template allocate<T***>("attention.qkv", b, n, rows_qkv);
     wqkv_.forward(ws, x, s.qkv, s.qkv_in);
-    position_heads(ws, s.qkv, 0, s);
-    update_alpha();
+    core_.position(ws, heads_of(s.qkv), rotated_heads, 0, s.positions);
     s.o = ws.template allocate<T****>("attention.o", b, tq, S.heads, S.head_dim);
     s.lse = ws.template allocate<T*>("attention.lse", b * S.heads * tq);
-    kernels::attention::forward<Scheme, T>(exec, self_args(s));
+    core_.template attend<Scheme>(self_rows(s));
     merge_and_project(ws, s, y);
   }
 
@@ -191,28 +111,12 @@ class Attention {
           });
     }
     auto dqkv = ws.template allocate_zeroed<T***>("attention.dqkv", b, n, rows_qkv);
-    auto delta = ws.template allocate<T*>("attention.delta", b * S.heads * tq);
-    const std::int64_t nq = kernels::attention::query_tiles(tq);
-    Tensor<T*, Space> dalpha;
-    if constexpr (S.score == Score::cosine) dalpha = ws.template allocate<T*>("attention.dalpha", b * S.heads * nq);
-    kernels::attention::AttentionGrads<T> grads{rows_of<const T>(d_o.data(), tq, S.heads * S.head_dim),
-                                                rows_of<T>(dqkv.data() + s.q0 * rows_qkv, n, rows_qkv),
-                                                rows_of<T>(dqkv.data() + S.heads * S.head_dim, n, rows_qkv),
-                                                rows_of<T>(dqkv.data() + (S.heads + S.kv_heads) * S.head_dim, n, rows_qkv),
-                                                delta.data(), dalpha.data()};
-    kernels::attention::backward<Scheme, T>(exec, self_args(s), grads);
-    exec.fence();
-    if constexpr (S.score == Score::cosine) accumulate_scale_grad(dalpha, b, nq);
-    auto dheads = Heads4(dqkv.data(), b, n, S.heads + 2 * S.kv_heads, S.head_dim);
-    if constexpr (S.score == Score::cosine) {
-      Kokkos::parallel_for(
-          "hybridseq::layers::Attention::normalize_backward",
-          Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(exec, {0, 0, 0}, {b, n, std::int64_t(rotated_heads)}),
-          detail::NormalizeHeadsBackward<T, Space>{Heads4(s.qkv.data(), b, n, S.heads + 2 * S.kv_heads, S.head_dim),
-                                                   dheads, s.inv_norm});
-    }
-    if constexpr (S.rotary_dim > 0)
-      kernels::rope_apply<T, false>(exec, dheads, dheads, s.cos, s.sin, S.rotary_dim, /*inverse=*/true, rotated_heads);
+    core_.template attend_backward<Scheme>(
+        ws, self_rows(s),
+        {rows_of<const T>(d_o.data(), tq, S.heads * S.head_dim), rows_of<T>(dqkv.data() + s.q0 * rows_qkv, n, rows_qkv),
+         rows_of<T>(dqkv.data() + S.heads * S.head_dim, n, rows_qkv),
+         rows_of<T>(dqkv.data() + (S.heads + S.kv_heads) * S.head_dim, n, rows_qkv)});
+    core_.position_backward(heads_of(dqkv), heads_of(s.qkv), rotated_heads, s.positions);
     wqkv_.backward(ws, s.qkv_in, dqkv, dx);
   }
 
@@ -233,17 +137,13 @@ class Attention {
     Saved s;
     const std::int64_t b = x.extent(0), t = x.extent(1), p = state.length;
     extend_cache(ws, state, x, s, api);
-    const Space exec{};
-    update_alpha();
     s.o = ws.template allocate<T****>("attention.o", b, t, S.heads, S.head_dim);
     s.lse = ws.template allocate<T*>("attention.lse", b * S.heads * t);
-    kernels::attention::AttentionArgs<T> args{
-        rows_of<const T>(s.qkv.data(), t, rows_qkv),
-        {state.k.data(), std::int64_t(state.k.extent(1)) * S.kv_heads * S.head_dim, S.kv_heads * S.head_dim, S.head_dim},
-        {state.v.data(), std::int64_t(state.v.extent(1)) * S.kv_heads * S.head_dim, S.kv_heads * S.head_dim, S.head_dim},
-        rows_of<T>(s.o.data(), t, S.heads * S.head_dim),
-        s.lse.data(), alpha_.data(), b, t, p + t, p, S.heads, S.kv_heads, S.head_dim};
-    kernels::attention::forward<Scheme, T>(exec, args);
+    const std::int64_t cache_row = S.kv_heads * S.head_dim, capacity = state.k.extent(1);
+    core_.template attend<Scheme>({rows_of<const T>(s.qkv.data(), t, rows_qkv),
+                                   rows_of<const T>(state.k.data(), capacity, cache_row),
+                                   rows_of<const T>(state.v.data(), capacity, cache_row),
+                                   rows_of<T>(s.o.data(), t, S.heads * S.head_dim), s.lse.data(), b, t, p + t, p});
     merge_and_project(ws, s, y);
     state.length = p + t;
   }
@@ -262,6 +162,24 @@ class Attention {
     if (length < 0 || length > state.length)
       fail<value_error>("hybridseq::layers::Attention::truncate", "length ", length, " is outside [0, ", state.length, "]");
     state.length = length;
+  }
+
+  /// Drops the first `count` cached positions and moves the rest to the front, re-rotated so
+  /// that their RoPE angles match their new positions (scores depend only on position
+  /// differences, so later queries see the same keys): a cache that slides, e.g. ECP's ring.
+  void shift_cache(core::Workspace<Space>& ws, State& state, std::int64_t count) const {
+    if (count < 0 || count > state.length)
+      fail<value_error>("hybridseq::layers::Attention::shift_cache", "count ", count, " is outside [0, ", state.length,
+                        "]");
+    const std::int64_t kept = state.length - count;
+    const auto k = state.k;
+    drop_oldest_rows<T, Space>(k, kept, count);
+    drop_oldest_rows<T, Space>(state.v, kept, count);
+    Space().fence();
+    for (std::size_t i = 0; i < k.extent(0); ++i)
+      core_.reposition(ws, Heads4(k.data() + i * k.extent(1) * S.kv_heads * S.head_dim, 1, kept, S.kv_heads, S.head_dim),
+                       count, 0);
+    state.length = kept;
   }
 
   /// A deep copy of the state, to restore later.
@@ -288,23 +206,26 @@ class Attention {
   void visit_parameters(Visit&& visit) {
     visit("wqkv", wqkv_);
     visit("wo", wo_);
-    if constexpr (S.score == Score::cosine) visit("logit_scale", logit_scale_);
+    core_.visit_parameters(visit);
   }
 
  private:
   template <class U>
-  static kernels::attention::HeadRows<U> rows_of(U* data, std::int64_t time, std::int64_t row) {
-    return {data, time * row, row, S.head_dim};
+  static HeadRows<U> rows_of(U* data, std::int64_t time, std::int64_t row) {
+    return head_rows(data, time, row, S.head_dim);
+  }
+  static Heads4 heads_of(const Tensor<T***, Space>& qkv) {
+    return Heads4(qkv.data(), qkv.extent(0), qkv.extent(1), S.heads + 2 * S.kv_heads, S.head_dim);
   }
 
-  /// Kernel arguments for self-attention over the n positions of `qkv` (forward/backward).
-  kernels::attention::AttentionArgs<T> self_args(const Saved& s) const {
+  /// Self-attention over the n positions of `qkv` (forward/backward).
+  AttendRows<T> self_rows(const Saved& s) const {
     const std::int64_t b = s.qkv.extent(0), n = s.qkv.extent(1), tq = s.o.extent(1);
     return {rows_of<const T>(s.qkv.data() + s.q0 * rows_qkv, n, rows_qkv),
             rows_of<const T>(s.qkv.data() + S.heads * S.head_dim, n, rows_qkv),
             rows_of<const T>(s.qkv.data() + (S.heads + S.kv_heads) * S.head_dim, n, rows_qkv),
             rows_of<T>(s.o.data(), tq, S.heads * S.head_dim),
-            s.lse.data(), alpha_.data(), b, tq, n, s.q0, S.heads, S.kv_heads, S.head_dim};
+            s.lse.data(), b, tq, n, s.q0};
   }
 
   /// Decoding: projects x (B, T, D) at positions state.length.. into s.qkv (RoPE, normalised)
@@ -321,61 +242,8 @@ class Attention {
                          " new exceeds it (", raise_max_cache_hint, ")");
     s.qkv = ws.template allocate<T***>("attention.qkv", b, t, rows_qkv);
     wqkv_.forward(ws, x, s.qkv, s.qkv_in);
-    position_heads(ws, s.qkv, p, s);
+    core_.position(ws, heads_of(s.qkv), rotated_heads, p, s.positions);
     append_to_cache(state, s.qkv, p, t);
-  }
-
-  /// RoPE at positions offset.., then cosine normalisation, on the q and k heads of qkv.
-  void position_heads(core::Workspace<Space>& ws, const Tensor<T***, Space>& qkv, std::int64_t offset, Saved& s) const {
-    const Space exec{};
-    const std::int64_t b = qkv.extent(0), n = qkv.extent(1);
-    auto heads = Heads4(qkv.data(), b, n, S.heads + 2 * S.kv_heads, S.head_dim);
-    if constexpr (S.rotary_dim > 0) {
-      s.cos = ws.template allocate<T**>("attention.cos", n, S.rotary_dim / 2);
-      s.sin = ws.template allocate<T**>("attention.sin", n, S.rotary_dim / 2);
-      kernels::rope_table<T>(exec, options_.rope_base, offset, S.rotary_dim, s.cos, s.sin);
-      kernels::rope_apply<T, false>(exec, heads, heads, s.cos, s.sin, S.rotary_dim, false, rotated_heads);
-    }
-    if constexpr (S.score == Score::cosine) {
-      s.inv_norm = ws.template allocate<T***>("attention.inv_norm", b, n, rotated_heads);
-      Kokkos::parallel_for("hybridseq::layers::Attention::normalize",
-                           Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(exec, {0, 0, 0}, {b, n, std::int64_t(rotated_heads)}),
-                           detail::NormalizeHeads<T, Space>{heads, s.inv_norm});
-    }
-  }
-
-  /// α_h: 1/√Dh for dot scores; exp(min(s_h, log 100)) for cosine scores.
-  void update_alpha() const {
-    const auto alpha = alpha_;
-    if constexpr (S.score == Score::dot) {
-      Kokkos::deep_copy(alpha, T(1) / std::sqrt(T(S.head_dim)));
-    } else {
-      const auto scale = logit_scale_.value();
-      Kokkos::parallel_for(
-          "hybridseq::layers::Attention::alpha", Kokkos::RangePolicy<Space>(0, S.heads), KOKKOS_LAMBDA(std::int64_t h) {
-            const T sh = scale(S.per_layer_scale ? 0 : h);
-            alpha(h) = math::exp(sh < T(4.605170185988091) ? sh : T(4.605170185988091));
-          });
-    }
-    Space().fence();
-  }
-
-  /// ∂L/∂s_h = ∂L/∂α_h · α_h while s_h < log 100 (the clamp has zero slope above).
-  void accumulate_scale_grad(const Tensor<T*, Space>& dalpha, std::int64_t b, std::int64_t nq) {
-    const auto scale = logit_scale_.value();
-    const auto grad = logit_scale_.grad();
-    const auto alpha = alpha_;
-    Kokkos::parallel_for(
-        "hybridseq::layers::Attention::scale_grad", Kokkos::RangePolicy<Space>(0, 1), KOKKOS_LAMBDA(std::int64_t) {
-          for (int h = 0; h < S.heads; ++h) {
-            const int p = S.per_layer_scale ? 0 : h;
-            if (!(scale(p) < T(4.605170185988091))) continue;
-            T sum = 0;
-            for (std::int64_t i = 0; i < b; ++i)
-              for (std::int64_t t = 0; t < nq; ++t) sum += dalpha((i * S.heads + h) * nq + t);
-            grad(p) += sum * alpha(h);
-          }
-        });
   }
 
   void append_to_cache(State& state, const Tensor<T***, Space>& qkv, std::int64_t p, std::int64_t t) const {
@@ -417,10 +285,9 @@ class Attention {
   }
 
   Options options_;
+  Core core_;
   Qkv wqkv_;
   Out wo_;
-  core::Parameter<T, Space> logit_scale_;  // (H) or (1); empty for dot scores
-  Tensor<T*, Space> alpha_;                // (H) score multiplier, refreshed from logit_scale_
 };
 
 }  // namespace hybridseq::layers

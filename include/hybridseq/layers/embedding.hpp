@@ -106,6 +106,10 @@ class Embedding {
     visit("weight", weight_);
   }
 
+  /// The table W (V, D), e.g. for an LM head that shares it (tied input/output embeddings).
+  core::Parameter<T, Space>& weight() { return weight_; }
+  const core::Parameter<T, Space>& weight() const { return weight_; }
+
  private:
   core::Parameter<T, Space> weight_;  // (V, D)
 };

@@ -3,7 +3,9 @@
 /// The language-model head fused with softmax cross-entropy (mean over non-ignored targets).
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "../core/check.hpp"
 #include "../core/parameter.hpp"
@@ -17,7 +19,21 @@ struct LmHeadShape {
   int vocab;
 };
 
+/// Where an LmHeadLoss's weight W (V, D) lives.
+enum class LmHeadWeight {
+  owned,   // the head's own parameter, listed as "weight"
+  shared,  // another module's (V, D) parameter, passed to every call: tied input/output
+           // embeddings (models::LanguageModel::Options::tie_embeddings). The head then has no
+           // parameter, so counts, checkpoints, zero_grad and the optimizer see W once, under
+           // its owner's name, and backward accumulates into the owner's gradient.
+};
+
 /// loss = mean_{(b,t): target ≠ ignore} −log softmax(x(b,t) Wᵀ)[target(b,t)], W (V, D).
+///
+/// W is the head's own parameter (LmHeadWeight::owned, the default) or, with
+/// LmHeadWeight::shared, one the caller passes to forward / backward / logits (the overloads
+/// taking `weight`): any (V, D) parameter, e.g. the embedding table, whose gradient then
+/// receives the head's contribution on top of whatever else its owner accumulates.
 ///
 /// Requires: targets in [0, V) or equal to `ignore_index`; x finite (checked).
 /// Ensures: when every target is ignored, the loss is 0 and backward adds nothing (PyTorch
@@ -44,16 +60,38 @@ class LmHeadLoss {
     std::int64_t count = 0;                       // non-ignored targets
   };
 
-  explicit LmHeadLoss(const Options& options = {})
-      : options_(options), weight_({S.vocab, S.d}, core::Role::weight, core::Init::normal(options.init_std)) {
+  using Weight = core::Parameter<T, Space>;
+
+  /// `weight`: owned (init_std applies) or shared (no parameter; init_std is unused).
+  explicit LmHeadLoss(const Options& options = {}, LmHeadWeight weight = LmHeadWeight::owned) : options_(options) {
     if (options.chunk_rows <= 0)
       fail<value_error>("hybridseq::layers::LmHeadLoss", "chunk_rows must be positive, got ", options.chunk_rows);
+    if (weight == LmHeadWeight::owned)
+      weight_.emplace(std::initializer_list<std::int64_t>{S.vocab, S.d}, core::Role::weight,
+                      core::Init::normal(options.init_std));
+  }
+
+  /// Whether W is the head's own parameter (false: shared, passed to each call).
+  bool owns_weight() const { return weight_.has_value(); }
+
+  /// The head's own W (V, D); value_error when the weight is shared.
+  const Weight& weight() const {
+    if (!weight_)
+      fail<value_error>("hybridseq::layers::LmHeadLoss::weight",
+                        "the head's weight is shared (LmHeadWeight::shared): pass it to forward, backward and logits");
+    return *weight_;
   }
 
   /// Returns the mean loss and fills `saved` for backward.
   T forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<const std::int32_t**, Space> targets,
             Saved& saved) const {
+    return forward(ws, x, targets, saved, weight());
+  }
+  /// The same with W = `weight` (V, D).
+  T forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<const std::int32_t**, Space> targets,
+            Saved& saved, const Weight& weight) const {
     const char* api = "hybridseq::layers::LmHeadLoss::forward";
+    check_weight(api, weight);
     core::check_shape(api, "x", x, core::B, core::T, core::dim(S.d));
     core::check_shape(api, "targets", targets, core::dim(x.extent(0)), core::dim(x.extent(1)));
     core::check_finite(api, "x", x);
@@ -62,7 +100,7 @@ class LmHeadLoss {
     saved.targets = targets;
     saved.lse = ws.template allocate<T*>("lm_head.lse", x.extent(0) * x.extent(1));
     const auto sum = kernels::lm_head_cross_entropy_forward<T>(Space{}, ws, core::as_matrix(x),
-                                                               weight_.template shaped<T**>(), core::flat(targets),
+                                                               weight.template shaped<T**>(), core::flat(targets),
                                                                options_.ignore_index, options_.chunk_rows, saved.lse);
     saved.count = sum.count;
     return sum.count == 0 ? T(0) : static_cast<T>(sum.loss / double(sum.count));
@@ -70,29 +108,49 @@ class LmHeadLoss {
 
   /// dx += ∂(dloss · loss)/∂x, dW likewise.
   void backward(core::Workspace<Space>& ws, const Saved& saved, Tensor<T***, Space> dx, T dloss = T(1)) {
-    core::check_same_shape("hybridseq::layers::LmHeadLoss::backward", "dx", dx, "x", saved.x);
+    backward(ws, saved, dx, dloss, weight());
+  }
+  /// The same with W = `weight` (the one forward used): its gradient accumulates dW.
+  void backward(core::Workspace<Space>& ws, const Saved& saved, Tensor<T***, Space> dx, T dloss, const Weight& weight) {
+    const char* api = "hybridseq::layers::LmHeadLoss::backward";
+    check_weight(api, weight);
+    core::check_same_shape(api, "dx", dx, "x", saved.x);
     if (saved.count == 0) return;
-    kernels::lm_head_cross_entropy_backward<T>(Space{}, ws, core::as_matrix(saved.x), weight_.template shaped<T**>(),
+    kernels::lm_head_cross_entropy_backward<T>(Space{}, ws, core::as_matrix(saved.x), weight.template shaped<T**>(),
                                                core::flat(saved.targets), options_.ignore_index, options_.chunk_rows,
                                                saved.lse, dloss / T(saved.count), core::as_matrix(dx),
-                                               weight_.template shaped_grad<T**>());
+                                               weight.template shaped_grad<T**>());
   }
 
   /// logits (B, T, V) = x Wᵀ, for decoding and evaluation.
-  void logits(Tensor<const T***, Space> x, Tensor<T***, Space> out) const {
+  void logits(Tensor<const T***, Space> x, Tensor<T***, Space> out) const { logits(x, out, weight()); }
+  /// The same with W = `weight`.
+  void logits(Tensor<const T***, Space> x, Tensor<T***, Space> out, const Weight& weight) const {
     const char* api = "hybridseq::layers::LmHeadLoss::logits";
+    check_weight(api, weight);
     core::check_shape(api, "x", x, core::B, core::T, core::dim(S.d));
     core::check_shape(api, "out", out, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(S.vocab));
     kernels::gemm(Space{}, kernels::Op::none, kernels::Op::transpose, T(1), core::as_matrix(x),
-                  weight_.template shaped<T**>(), T(0), core::as_matrix(out));
+                  weight.template shaped<T**>(), T(0), core::as_matrix(out));
   }
 
+  /// Lists "weight" when owned, nothing when shared (its owner lists it).
   template <class Visit>
   void visit_parameters(Visit&& visit) {
-    visit("weight", weight_);
+    if (weight_) visit("weight", *weight_);
   }
 
+  /// core::describe's kind: marks a head without a weight of its own.
+  std::string_view describe_name() const { return weight_ ? "LmHeadLoss" : "LmHeadLoss(shared weight)"; }
+
  private:
+  static void check_weight(const char* api, const Weight& w) {
+    if (w.rank() != 2 || w.extent(0) != S.vocab || w.extent(1) != S.d)
+      fail<shape_error>(api, "weight must be (", S.vocab, ", ", S.d, ") (vocab, d), got rank ", w.rank(),
+                        w.rank() == 2 ? " (" + std::to_string(w.extent(0)) + ", " + std::to_string(w.extent(1)) + ")"
+                                      : std::string());
+  }
+
   void check_targets(const char* api, Tensor<const std::int32_t**, Space> targets) const {
     const auto flat = core::flat(targets);
     const std::int64_t n = flat.extent(0);
@@ -114,7 +172,7 @@ class LmHeadLoss {
   }
 
   Options options_;
-  core::Parameter<T, Space> weight_;  // (V, D)
+  std::optional<Weight> weight_;  // (V, D) when owned
 };
 
 }  // namespace hybridseq::layers

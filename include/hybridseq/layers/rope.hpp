@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../core/check.hpp"
+#include "../core/error.hpp"
 #include "../core/workspace.hpp"
 #include "../kernels/rope.hpp"
 
@@ -26,12 +27,67 @@ constexpr int rotary_dim_for(int head_dim, double fraction) {
   return r - r % 2;
 }
 
+/// Rotary embedding of head buffers — the one RoPE path of the library: the Rope layer,
+/// every attention layer (through AttentionCore) and ECP's ring re-rotation use it.
+/// Heads are (B, T, heads, Dh) views; `rotated` of them (the leading ones: q and k heads of a
+/// fused QKV buffer) turn, in place.
+template <Scalar T, ExecutionSpace Space>
+class RotaryEmbedding {
+ public:
+  using Heads4 = Kokkos::View<T****, Kokkos::LayoutRight, typename Space::memory_space,
+                              Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using ConstHeads4 = Kokkos::View<const T****, Kokkos::LayoutRight, typename Space::memory_space,
+                                   Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  /// cos/sin of the angles of `time` positions from an offset: (time, rotary_dim / 2).
+  struct Table {
+    Tensor<T**, Space> cos, sin;
+  };
+
+  /// `api` names the owning layer in the error for a bad base.
+  RotaryEmbedding(int rotary_dim, double base, const char* api) : rotary_(rotary_dim), base_(base) {
+    if (!(base > 1.0) || !std::isfinite(base)) fail<value_error>(api, "rope_base must be > 1, got ", base);
+  }
+
+  int rotary_dim() const { return rotary_; }
+  double base() const { return base_; }
+
+  Table table(core::Workspace<Space>& ws, std::int64_t time, std::int64_t offset) const {
+    Table t{ws.template allocate<T**>("rope.cos", time, rotary_ / 2), ws.template allocate<T**>("rope.sin", time, rotary_ / 2)};
+    kernels::rope_table<T>(Space{}, base_, offset, rotary_, t.cos, t.sin);
+    return t;
+  }
+  /// Turns the first `rotated` heads forward by the table's angles (rotated < 0: all heads).
+  void rotate(const Heads4& heads, int rotated, const Table& t) const {
+    kernels::rope_apply<T, false>(Space{}, heads, heads, t.cos, t.sin, rotary_, false, rotated);
+  }
+  /// The transpose: gradients of rotated heads back to their inputs, in place.
+  void unrotate(const Heads4& grads, int rotated, const Table& t) const {
+    kernels::rope_apply<T, false>(Space{}, grads, grads, t.cos, t.sin, rotary_, true, rotated);
+  }
+  /// out += R(−θ) in: the transpose, accumulating into another buffer.
+  void unrotate_into(const ConstHeads4& grads, const Heads4& out, const Table& t) const {
+    kernels::rope_apply<T, true>(Space{}, grads, out, t.cos, t.sin, rotary_, true);
+  }
+  /// Heads rotated for positions from.. re-rotated for positions to.. (a cache whose rows move).
+  void move(core::Workspace<Space>& ws, const Heads4& heads, std::int64_t from, std::int64_t to) const {
+    core::WorkspaceScope scope(ws);
+    const std::int64_t time = heads.extent(1);
+    unrotate(heads, -1, table(ws, time, from));
+    rotate(heads, -1, table(ws, time, to));
+  }
+
+ private:
+  int rotary_;
+  double base_;
+};
+
 /// y (B, T, H·Dh) = RoPE(x) at positions offset .. offset + T − 1. No parameters.
 template <RopeShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class Rope {
   static_assert(S.heads > 0 && S.head_dim > 0, "hybridseq::layers::Rope: heads and head_dim must be positive");
   static_assert(S.rotary_dim % 2 == 0 && S.rotary_dim >= 0 && S.rotary_dim <= S.head_dim,
                 "hybridseq::layers::Rope: rotary_dim must be even and within [0, head_dim]");
+  using Embedding = RotaryEmbedding<T, Space>;
 
  public:
   using scalar_type = T;
@@ -43,13 +99,10 @@ class Rope {
     double base = 10000.0;
   };
   struct Saved {
-    Tensor<T**, Space> cos, sin;  // (T, rotary_dim/2)
+    typename Embedding::Table table;  // (T, rotary_dim/2)
   };
 
-  explicit Rope(const Options& options = {}) : base_(options.base) {
-    if (!(options.base > 1.0) || !std::isfinite(options.base))
-      fail<value_error>("hybridseq::layers::Rope", "base must be finite and > 1, got ", options.base);
-  }
+  explicit Rope(const Options& options = {}) : rope_(S.rotary_dim, options.base, "hybridseq::layers::Rope") {}
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y,
                Saved& saved) const {
@@ -60,17 +113,15 @@ class Rope {
   void forward_at(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y,
                   Saved& saved, std::int64_t offset) const {
     check(x, y, "forward", "y");
-    const Space exec{};
-    saved.cos = ws.template allocate<T**>("rope.cos", x.extent(1), S.rotary_dim / 2);
-    saved.sin = ws.template allocate<T**>("rope.sin", x.extent(1), S.rotary_dim / 2);
-    kernels::rope_table<T>(exec, base_, offset, S.rotary_dim, saved.cos, saved.sin);
-    kernels::rope_apply<T, false>(exec, heads(x), heads(y), saved.cos, saved.sin, S.rotary_dim, false);
+    Kokkos::deep_copy(Space{}, y, x);
+    saved.table = rope_.table(ws, x.extent(1), offset);
+    rope_.rotate(heads(y), -1, saved.table);
   }
 
   void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy,
                 Tensor<T***, Space> dx) {
     check(dy, dx, "backward", "dx");
-    kernels::rope_apply<T, true>(Space{}, heads(dy), heads(dx), saved.cos, saved.sin, S.rotary_dim, true);
+    rope_.unrotate_into(heads(dy), heads(dx), saved.table);
   }
 
   template <class Visit>
@@ -92,7 +143,7 @@ class Rope {
     core::check_shape(api, yname, y, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(d_in));
   }
 
-  double base_;
+  Embedding rope_;
 };
 
 }  // namespace hybridseq::layers

@@ -20,8 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "../kernels/attention/segment_schemes.hpp"
-#include "../kernels/attention/tiled_attention.hpp"
+#include "../layers/attention_core.hpp"
 #include "compressed_double_attention.hpp"
 #include "double_attention.hpp"
 #include "ecp.hpp"
@@ -29,7 +28,7 @@
 
 namespace hybridseq::models::cost {
 
-namespace attn = kernels::attention;
+namespace attn = layers::schemes;
 
 struct LayerCost {
   std::int64_t visible_entries = 0;
@@ -94,7 +93,7 @@ constexpr LayerCost ecp_layer(std::int64_t b, std::int64_t n, int layer = 0) {
   const std::int64_t d = S.d_model, h = S.heads, dh = S.head_dim, w = h * dh, m = S.segment;
   LayerCost c;
   c.visible_entries = attn::visible_entries<Scheme>(n);
-  c.visited_entries = attn::visited_entries<Scheme>(n, attn::tile_q);
+  c.visited_entries = layers::visited_score_entries<Scheme>(n);
   const std::int64_t rows = S.faithful ? 2 * w : 3 * w;
   c.flops = detail::attention_flops(b, n, n, d, rows, h, dh, c.visible_entries) + detail::ffn_flops(b, n, d, S.ffn);
   std::int64_t bytes = padded<T>(b * n * d) /* block h */ + detail::prenorm_bytes<T>(b, n, d) +
@@ -121,14 +120,14 @@ constexpr LayerCost perceiver_ar_layer(std::int64_t b, std::int64_t n, int layer
   if (layer == 0) {
     using Scheme = attn::PerceiverCross<S.latents>;
     c.visible_entries = attn::visible_entries<Scheme>(n);
-    c.visited_entries = attn::visited_entries<Scheme>(n, attn::tile_q);
+    c.visited_entries = layers::visited_score_entries<Scheme>(n);
     c.flops = detail::attention_flops(b, n, m, d, r, h, dh, c.visible_entries) + detail::ffn_flops(b, m, d, S.ffn);
     c.activation_bytes = detail::prenorm_bytes<T>(b, n, d) + detail::attention_bytes<T>(b, n, m, r, h, dh, rotary) +
                          padded<T>(b * m * d) /* h */ + detail::ffn_residual_bytes<T>(b, m, d, S.ffn);
   } else {
     using Scheme = attn::Causal;
     c.visible_entries = attn::visible_entries<Scheme>(m);
-    c.visited_entries = attn::visited_entries<Scheme>(m, attn::tile_q);
+    c.visited_entries = layers::visited_score_entries<Scheme>(m);
     c.flops = detail::attention_flops(b, m, m, d, r, h, dh, c.visible_entries) + detail::ffn_flops(b, m, d, S.ffn);
     c.activation_bytes = padded<T>(b * m * d) + detail::prenorm_bytes<T>(b, m, d) +
                          detail::attention_bytes<T>(b, m, m, r, h, dh, rotary) +
@@ -146,7 +145,7 @@ constexpr LayerCost double_attention_layer(std::int64_t b, std::int64_t n) {
   LayerCost c;
   c.visible_entries = (hist > 0 ? attn::visible_entries<History>(hist) : 0) + attn::visible_entries<Latent>(n);
   c.visited_entries =
-      (hist > 0 ? attn::visited_entries<History>(hist, attn::tile_q) : 0) + attn::visited_entries<Latent>(n, attn::tile_q);
+      (hist > 0 ? layers::visited_score_entries<History>(hist) : 0) + layers::visited_score_entries<Latent>(n);
   c.flops = detail::attention_flops(b, n, n, d, r, h, dh, c.visible_entries) + detail::ffn_flops(b, n, d, S.ffn);
   c.activation_bytes = padded<T>(b * n * d) + detail::prenorm_bytes<T>(b, n, d) + padded<T>(b * n * r) +
                        (S.rope ? 2 * padded<T>(n * (dh / 2)) : 0) + padded<T>(b * n * h * dh) +
@@ -169,7 +168,7 @@ constexpr LayerCost compressed_double_layer(std::int64_t b, int layer) {
                      hist = S.history, n = hist + m, out = c + m;
   LayerCost k;
   k.visible_entries = attn::visible_entries<attn::Bidirectional>(hist) + attn::visible_entries<Latent>(n);
-  k.visited_entries = attn::visited_entries<attn::Bidirectional>(hist, attn::tile_q) + attn::visited_entries<Latent>(n, attn::tile_q);
+  k.visited_entries = layers::visited_score_entries<attn::Bidirectional>(hist) + layers::visited_score_entries<Latent>(n);
   k.flops = detail::attention_flops(b, n, out, d, r, h, dh, k.visible_entries) + 2 * b * c * hist * (w + d) +
             detail::ffn_flops(b, out, d, S.ffn);
   k.activation_bytes = detail::prenorm_bytes<T>(b, n, d) + padded<T>(b * n * r) + (S.rope ? 2 * padded<T>(n * (dh / 2)) : 0) +

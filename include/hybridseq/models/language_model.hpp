@@ -1,13 +1,23 @@
 #pragma once
 /// \file
-/// LanguageModel<Vocab, Body, FinalNorm>: token embedding → Body → final norm → untied LM head
-/// with fused cross-entropy. Every named architecture (PHA, Transformer, Mamba LM, hybrids)
-/// is a LanguageModel over a different Body, so training, evaluation, decoding, checkpoints
-/// and the ablation tool handle them all through this one interface.
+/// LanguageModel<Vocab, Body, FinalNorm>: token embedding → Body → final norm → LM head (untied,
+/// or tied to the embedding) with fused cross-entropy. Every named architecture (PHA,
+/// Transformer, Mamba LM, hybrids) is a LanguageModel over a different Body, so training, evaluation, decoding,
+/// checkpoints and the ablation tool handle them all through this one interface.
 ///
 ///   ids (B, T) → x = E[ids] (B, T, D) → h = Body(x) → y = FinalNorm(h) → logits = y Wᵀ (B, R, V)
 ///
 /// with R = T, or R = logit_time(T) for bodies that return only their last rows (below).
+///
+/// Tied input/output embeddings (Options::tie_embeddings, a runtime option: the weights'
+/// shapes do not change, only who owns them): W = E, logits = y Eᵀ. The head then owns no
+/// parameter (layers::LmHeadWeight::shared) and is handed E at every call, so E is one tensor
+/// everywhere: visit_parameters lists `embed.weight` and no `head.weight` (parameter_count
+/// drops by V·D; checkpoints hold one tensor, and an untied checkpoint does not load into a
+/// tied model, nor the reverse: the strict loader names the extra or missing `head.weight`),
+/// zero_grad and the optimizer see it once (with the embedding's role, so no weight decay),
+/// and its gradient is the head's plus the lookup's. It is initialised once, by the
+/// embedding's init (Options::embed.init_std; Options::head.init_std is then unused).
 ///
 /// The loss is the mean cross-entropy over targets ≠ ignore_index (−100): tasks mark
 /// unsupervised (<null>) positions that way, so they count in neither loss nor gradient.
@@ -62,6 +72,7 @@ class LanguageModel {
     typename Embed::Options embed{.init_std = 0.02};
     typename FinalNorm::Options norm{};
     typename Head::Options head{};
+    bool tie_embeddings = false;  // the head uses the embedding table E (V, D) as its weight
 
     template <class F>
     void for_each_child(F&& f) {
@@ -89,7 +100,14 @@ class LanguageModel {
     else return t;
   }
 
-  explicit LanguageModel(const Options& o = {}) : embed_(o.embed), body_(o.body), norm_(o.norm), head_(o.head) {}
+  explicit LanguageModel(const Options& o = {})
+      : embed_(o.embed),
+        body_(o.body),
+        norm_(o.norm),
+        head_(o.head, o.tie_embeddings ? layers::LmHeadWeight::shared : layers::LmHeadWeight::owned) {}
+
+  /// Whether the head's weight is the embedding table (Options::tie_embeddings).
+  bool tied_embeddings() const { return !head_.owns_weight(); }
 
   /// Mean loss over supervised targets; fills `s` for backward. ids, targets (B, T).
   T forward(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
@@ -104,12 +122,12 @@ class LanguageModel {
     core::WorkspaceScope scope(ws);
     const auto b = s.y.extent(0), r = s.y.extent(1), t = s.x.extent(1);
     auto dy = ws.template allocate_zeroed<T***>("lm.dy", b, r, d_model);
-    head_.backward(ws, s.head, dy, dloss);
+    head_.backward(ws, s.head, dy, dloss, head_weight());  // tied: into E's gradient, ...
     auto dh = ws.template allocate_zeroed<T***>("lm.dh", b, r, d_model);
     norm_.backward(ws, s.norm, dy, dh);
     auto dx = ws.template allocate_zeroed<T***>("lm.dx", b, t, d_model);
     body_.backward(ws, s.body, dh, dx);
-    embed_.backward(ws, s.embed, dx);
+    embed_.backward(ws, s.embed, dx);  // ... which the lookup's then adds to
   }
 
   /// Forward and backward on one batch; gradients of dloss · loss accumulate. Returns the loss.
@@ -139,7 +157,7 @@ class LanguageModel {
     core::WorkspaceScope scope(ws);
     Saved s;
     features(ws, ids, s);
-    head_.logits(s.y, out);
+    head_.logits(s.y, out, head_weight());
   }
 
   // ---- decoding: available when the body decodes ----
@@ -169,7 +187,7 @@ class LanguageModel {
     auto y = ws.template allocate<T***>("lm.y", b, t, d_model);
     core::NoState none;
     core::prefill(norm_, ws, none, h, y);
-    head_.logits(y, logits);
+    head_.logits(y, logits, head_weight());
     st.length += std::int64_t(t);
   }
   /// Appends ids (B, T) as context without logits, where the body can (PerceiverAR's history).
@@ -198,6 +216,7 @@ class LanguageModel {
     st.length = snap.length;
   }
 
+  /// embed, body, norm, head; a tied head lists no parameter (E is `embed.weight` only).
   template <class Visit>
   void visit_parameters(Visit&& visit) {
     visit("embed", embed_);
@@ -217,6 +236,9 @@ class LanguageModel {
     else return std::string("hybridseq::models::LanguageModel::") + op;
   }
 
+  /// The head's W: its own, or the embedding table when tied.
+  const typename Head::Weight& head_weight() const { return head_.owns_weight() ? head_.weight() : embed_.weight(); }
+
   static void check_length(std::string_view api, std::int64_t t) {
     if constexpr (requires { Body::check_length(api, t); }) Body::check_length(api, t);
   }
@@ -227,7 +249,7 @@ class LanguageModel {
     const std::int64_t b = ids.extent(0), t = ids.extent(1), r = logit_time(t);
     if (r == t) {
       features(ws, ids, s);
-      return head_.forward(ws, s.y, targets, s.head);
+      return head_.forward(ws, s.y, targets, s.head, head_weight());
     }
     core::check_shape(api, "targets", targets, core::dim(b), core::dim(t));
     features(ws, ids, s);
@@ -237,7 +259,7 @@ class LanguageModel {
     Kokkos::parallel_for(
         "hybridseq::models::LanguageModel::last_targets", Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>({0, 0}, {b, r}),
         KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { to(i, j) = from(i, t - r + j); });
-    return head_.forward(ws, s.y, s.targets, s.head);
+    return head_.forward(ws, s.y, s.targets, s.head, head_weight());
   }
 
   void features(core::Workspace<Space>& ws, TokenIds<Space> ids, Saved& s) const {

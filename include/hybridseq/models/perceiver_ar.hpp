@@ -78,7 +78,7 @@ template <PerceiverArShape S, Scalar T = float, ExecutionSpace Space = DefaultSp
 class PerceiverCrossBlock {
   static constexpr int M = S.latents;
   using Norm = layers::LayerNorm<S.d_model, T, Space>;
-  using Attn = layers::Attention<detail::perceiver_attention_shape<S>, kernels::attention::PerceiverCross<M>, T, Space>;
+  using Attn = layers::Attention<detail::perceiver_attention_shape<S>, layers::schemes::PerceiverCross<M>, T, Space>;
   using FfnResidual = compose::PreNormResidual<detail::PerceiverFfn<S, T, Space>, Norm>;
 
  public:
@@ -211,7 +211,7 @@ class PerceiverArBody {
   static constexpr int latents = M;
   using Cross = PerceiverCrossBlock<S, T, Space>;
   using LatentBlock =
-      compose::PreNormBlock<layers::Attention<detail::perceiver_attention_shape<S>, kernels::attention::Causal, T, Space>,
+      compose::PreNormBlock<layers::Attention<detail::perceiver_attention_shape<S>, layers::schemes::Causal, T, Space>,
                    detail::PerceiverFfn<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
   using Latent = compose::Repeat<LatentBlock>;
 

@@ -94,8 +94,8 @@ struct CosineAttention {
   template <PhaShape S, Scalar T, ExecutionSpace Space>
   using layer = layers::Attention<layers::AttentionShape{S.d_model, S.heads, S.kv_heads, S.head_dim, S.head_dim,
                                                          layers::Score::cosine, S.per_layer_scale},
-                                  std::conditional_t<Window == 0, kernels::attention::Causal,
-                                                     kernels::attention::SlidingWindow<(Window > 0 ? Window : 1)>>,
+                                  std::conditional_t<Window == 0, layers::schemes::Causal,
+                                                     layers::schemes::SlidingWindow<(Window > 0 ? Window : 1)>>,
                                   T, Space>;
 };
 using Attention = CosineAttention<0>;

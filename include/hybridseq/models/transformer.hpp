@@ -45,7 +45,7 @@ constexpr NeoxShape cooper_tf(int d_model, int heads = 2, int window = 20) {
 namespace detail {
 template <NeoxShape S>
 using neox_scheme =
-    std::conditional_t<S.window == 0, kernels::attention::Causal, kernels::attention::SlidingWindow<S.window>>;
+    std::conditional_t<S.window == 0, layers::schemes::Causal, layers::schemes::SlidingWindow<S.window>>;
 }  // namespace detail
 
 template <NeoxShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
