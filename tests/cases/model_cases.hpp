@@ -20,7 +20,7 @@ using pha_four_branches = models::PhaBranchList<models::pha_branch::Gss, models:
                                                 models::pha_branch::DualFfn, models::pha_branch::SlidingWindowAttention<4>>;
 
 template <models::PhaLayout Layout, int Layers, const char* Name, const char* Golden,
-          class Branches = models::PhaPaperBranches>
+          class Branches = models::PhaPaperBranches, bool Tied = false>
 struct PhaCase {
   template <class T, class S>
   using Layer = models::Pha<model_vocab, pha_tiny, Layout, T, S, Branches>;
@@ -31,6 +31,7 @@ struct PhaCase {
   static typename L::Options options() {
     typename L::Options o;
     o.body.count = Layers;
+    o.tie_embeddings = Tied;
     return o;
   }
 };
@@ -40,7 +41,7 @@ struct PhaCase {
 inline constexpr models::NeoxShape tf_tiny = models::cooper_tf(8, 2, 4);
 inline constexpr layers::MambaShape ssm_tiny = models::cooper_ssm(8, 2);
 
-template <template <class, class> class M, int Layers, const char* Name, const char* Golden>
+template <template <class, class> class M, int Layers, const char* Name, const char* Golden, bool Tied = false>
 struct StackCase {
   template <class T, class S>
   using Layer = M<T, S>;
@@ -51,6 +52,7 @@ struct StackCase {
   static typename L::Options options() {
     typename L::Options o;
     o.body.count = Layers;
+    o.tie_embeddings = Tied;
     return o;
   }
 };
@@ -68,6 +70,8 @@ inline constexpr char pha_name[] = "pha", pha_seq_name[] = "pha_seq_prenorm", ph
 inline constexpr char no_golden[] = "";
 inline constexpr char pha_golden[] = "model_pha", transformer_golden[] = "model_transformer",
                       mamba_lm_golden[] = "model_mamba_lm", hybrid_golden[] = "model_hybrid";
+inline constexpr char pha_tied_name[] = "pha_tied", transformer_tied_name[] = "transformer_tied",
+                      pha_tied_golden[] = "model_pha_tied", transformer_tied_golden[] = "model_transformer_tied";
 
 using PhaTiny = PhaCase<models::PhaLayout{}, 2, pha_name, pha_golden>;
 using PhaSeqPrenorm = PhaCase<models::PhaLayout{.arrangement = models::Arrangement::sequential,
@@ -82,8 +86,11 @@ using PhaFourBranches = PhaCase<models::PhaLayout{}, 1, pha_swa_name, no_golden,
 using TransformerCase = StackCase<TransformerTiny, 2, transformer_name, transformer_golden>;
 using MambaLmCase = StackCase<MambaLmTiny, 2, mamba_lm_name, mamba_lm_golden>;
 using HybridCase = StackCase<HybridTiny, 1, hybrid_name, hybrid_golden>;
+/// Tied input/output embeddings (Options::tie_embeddings): the head uses embed.weight.
+using PhaTied = PhaCase<models::PhaLayout{}, 2, pha_tied_name, pha_tied_golden, models::PhaPaperBranches, true>;
+using TransformerTiedCase = StackCase<TransformerTiny, 2, transformer_tied_name, transformer_tied_golden, true>;
 
-using ModelCases =
-    CaseList<PhaTiny, PhaSeqPrenorm, PhaRawNoNorm, PhaFourBranches, TransformerCase, MambaLmCase, HybridCase>;
+using ModelCases = CaseList<PhaTiny, PhaSeqPrenorm, PhaRawNoNorm, PhaFourBranches, TransformerCase, MambaLmCase,
+                            HybridCase, PhaTied, TransformerTiedCase>;
 
 }  // namespace hybridseq::cases

@@ -256,3 +256,113 @@ TEST_CASE("models: describe() prints a PHA and an ECP model with their parameter
                "        body.0.attn.norm  LayerNorm  weight (8)  bias (8)  params=16\n"
                "        body.0.attn.block  EcpAttention  params=264\n") != std::string::npos);
 }
+
+namespace {
+
+/// A tied and an untied model of one case, in double on Serial.
+template <class Case>
+struct TiedPair {
+  using L = typename Case::template Layer<double, Kokkos::Serial>;
+  static typename L::Options options(bool tie) {
+    auto o = testing::options_of<Case, L>();
+    o.tie_embeddings = tie;
+    return o;
+  }
+  L tied{options(true)}, untied{options(false)};
+};
+
+template <class M>
+std::set<std::string> parameter_names(M& m) {
+  std::set<std::string> names;
+  core::for_each_parameter(m, [&](std::string_view n, auto&) { names.insert(std::string(n)); });
+  return names;
+}
+
+template <class M>
+std::vector<double> parameter_of(M& m, std::string_view name, bool grad = false) {
+  std::vector<double> out;
+  core::for_each_parameter(m, [&](std::string_view n, auto& p) {
+    if (n == name) out = testing::to_vector(grad ? p.grad() : p.value());
+  });
+  REQUIRE(!out.empty());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("models: tied embeddings list embed.weight once: count = untied - V*D, no head.weight", "[models][host]") {
+  const auto check = []<class Case>() {
+    INFO(Case::name);
+    TiedPair<Case> m;
+    using L = typename TiedPair<Case>::L;
+    CHECK(m.tied.tied_embeddings());
+    CHECK(!m.untied.tied_embeddings());
+    CHECK(core::parameter_count(m.tied) == core::parameter_count(m.untied) - std::int64_t(L::vocab) * L::d_model);
+    auto tied = parameter_names(m.tied), untied = parameter_names(m.untied);
+    CHECK(tied.count("embed.weight") == 1);
+    CHECK(tied.count("head.weight") == 0);
+    CHECK(untied.count("head.weight") == 1);
+    untied.erase("head.weight");
+    CHECK(tied == untied);
+    int embed_visits = 0;  // listed once: zero_grad, the optimizer and checkpoints see one tensor
+    core::for_each_parameter(m.tied, [&](std::string_view n, auto&) { embed_visits += n == "embed.weight"; });
+    CHECK(embed_visits == 1);
+    // Initialised once, by the embedding's init: the same stream as the untied embedding's.
+    core::initialize(m.tied, 5);
+    core::initialize(m.untied, 5);
+    CHECK(parameter_of(m.tied, "embed.weight") == parameter_of(m.untied, "embed.weight"));
+  };
+  check.operator()<cases::PhaTied>();
+  check.operator()<cases::TransformerTiedCase>();
+}
+
+TEST_CASE("models: a tied model equals the untied one with head.weight = embed.weight; E's gradient is the sum",
+          "[models][host]") {
+  const auto check = []<class Case>() {
+    INFO(Case::name);
+    testing::Harness<Case, double, Kokkos::Serial> h;  // the tied case, randomised, with ids and targets
+    h.randomize(11);
+    TiedPair<Case> m;
+    const auto e = parameter_of(h.layer, "embed.weight");
+    core::for_each_parameter(m.untied, [&](std::string_view n, auto& p) {
+      testing::from_vector(p.value(), n == "head.weight" ? e : parameter_of(h.layer, n));
+    });
+    const double tied_loss = h.analytic();
+    core::zero_grad(m.untied);
+    core::Workspace<Kokkos::Serial> ws;
+    const double untied_loss = m.untied.train_step(ws, h.ids, h.targets);
+    CHECK(tied_loss == Approx(untied_loss).epsilon(1e-14));
+    using L = typename TiedPair<Case>::L;
+    Tensor<double***, Kokkos::Serial> a("a", h.batch, h.time, L::vocab), b("b", h.batch, h.time, L::vocab);
+    h.layer.logits(h.ws, h.ids, a);
+    m.untied.logits(ws, h.ids, b);
+    const auto la = testing::to_vector(a), lb = testing::to_vector(b);
+    for (std::size_t i = 0; i < la.size(); ++i) REQUIRE(la[i] == Approx(lb[i]).epsilon(1e-13).margin(1e-13));
+    const auto ge = parameter_of(m.untied, "embed.weight", true), gh = parameter_of(m.untied, "head.weight", true);
+    const auto gt = parameter_of(h.layer, "embed.weight", true);
+    for (std::size_t i = 0; i < gt.size(); ++i) REQUIRE(gt[i] == Approx(ge[i] + gh[i]).epsilon(1e-12).margin(1e-14));
+  };
+  check.operator()<cases::PhaTied>();
+  check.operator()<cases::TransformerTiedCase>();
+}
+
+TEST_CASE("models: untied and tied checkpoints do not load into each other (strict name check)", "[models][host]") {
+  using Catch::Matchers::Contains;
+  TiedPair<cases::TransformerTiedCase> m;
+  core::initialize(m.tied, 1);
+  core::initialize(m.untied, 2);
+  const auto dir = std::filesystem::temp_directory_path();
+  const auto untied_path = dir / "hybridseq_tie_untied.safetensors", tied_path = dir / "hybridseq_tie_tied.safetensors";
+  io::save_parameters(m.untied, untied_path);
+  io::save_parameters(m.tied, tied_path);
+  CHECK(io::SafetensorsFile::open(tied_path).tensors().size() + 1 ==
+        io::SafetensorsFile::open(untied_path).tensors().size());
+  REQUIRE_THROWS_AS(io::load_parameters(m.tied, untied_path), io_error);
+  REQUIRE_THROWS_WITH(io::load_parameters(m.tied, untied_path),
+                      Contains("has 1 tensor(s) the model does not have: 'head.weight'"));
+  REQUIRE_THROWS_WITH(io::load_parameters(m.untied, tied_path), Contains("has no tensor 'head.weight'"));
+  io::load_parameters(m.tied, tied_path);  // and each loads its own kind
+  io::load_parameters(m.untied, untied_path);
+  std::filesystem::remove(untied_path);
+  std::filesystem::remove(tied_path);
+}

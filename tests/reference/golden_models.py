@@ -15,6 +15,9 @@ shapes of the C++ cases in tests/cases/model_cases.hpp:
                        dims, QKV/out biases, MLP 16 SiLU
     model_mamba_lm     2 Mamba layers cooper_ssm(8, 2): d_state 2, expand 2, conv 4, dt_rank 1
     model_hybrid       Stack [Mamba, NeoX, NeoX] ×1, final LayerNorm
+    model_pha_tied     model_pha with tied input/output embeddings (Options::tie_embeddings):
+                       logits = y Eᵀ, no head.weight, grads/embed.weight = lookup + head parts
+    model_transformer_tied  model_transformer, tied likewise
 
 Vocabulary 11, batch 2, time 9. Same conventions as make_golden.py (README.md): a fixed seed
 per case; parameters drawn in float64 and rounded to float32; forward and backward
@@ -25,9 +28,15 @@ targets as I64:
     logits (B, T, V), params/<C++ dotted name>, grads/<C++ dotted name>
 
 Parameters: linear weights ~ N(0, 1/fan_in), biases ~ N(0, 0.1²), norm gains 1 + 0.1 N(0,1),
-embedding ~ N(0,1), head ~ N(0, 0.5²); cosine temperatures log 10 + 0.3 N(0,1); mixer
-logits log(e−1) + 0.5 N(0,1) (unequal mixing weights); GSS and Mamba SSM parameters as in
-golden_gss.py / golden_mamba.py.
+embedding ~ N(0,1) (when tied, E is drawn once and there is no head), head ~ N(0, 0.5²);
+cosine temperatures log 10 + 0.3 N(0,1); mixer logits log(e−1) + 0.5 N(0,1) (unequal mixing
+weights); GSS and Mamba SSM parameters as in golden_gss.py / golden_mamba.py.
+
+Every tied case is cross-checked before writing against its untied model with head.weight set
+to E (the untied module path): the same loss and logits, every body/norm gradient equal, and
+the tied E's gradient equal to the untied embed.weight + head.weight gradients.
+
+Regenerate only some files with ``--only NAME ...`` (e.g. ``--only model_pha_tied``).
 
 When transformers is installed, the Mamba LM is also run as Hugging Face's
 MambaForCausalLM (untied head, norm eps 1e-6, residual kept in the model dtype) on the same
@@ -77,6 +86,16 @@ def build_mamba_lm():
     return models.mamba_lm(VOCAB, SSM_TINY, 2), {"model": "MambaLm", "layers": 2, "shape": SSM_TINY}
 
 
+def build_pha_tied():
+    model, cfg = models.pha(VOCAB, PHA_TINY, 2, tie=True), build_pha()[1]
+    return model, dict(cfg, tie_embeddings=True)
+
+
+def build_transformer_tied():
+    model, cfg = models.transformer(VOCAB, TF_TINY, 2, tie=True), build_transformer()[1]
+    return model, dict(cfg, tie_embeddings=True)
+
+
 def build_hybrid():
     pattern = [lambda: models.mamba_layer(SSM_TINY), lambda: models.neox_layer(TF_TINY),
                lambda: models.neox_layer(TF_TINY)]
@@ -90,7 +109,12 @@ CASES: List[Tuple[str, int, Callable]] = [
     ("model_transformer", 4002, build_transformer),
     ("model_mamba_lm", 4003, build_mamba_lm),
     ("model_hybrid", 4004, build_hybrid),
+    ("model_pha_tied", 4005, build_pha_tied),
+    ("model_transformer_tied", 4006, build_transformer_tied),
 ]
+
+# tied case → the builder of the same model untied (for tied_check)
+UNTIED: Dict[str, Callable] = {"model_pha_tied": build_pha, "model_transformer_tied": build_transformer}
 
 
 # --------------------------------------------------------------------------
@@ -179,6 +203,30 @@ def forward_backward(model: torch.nn.Module, values: Dict[str, torch.Tensor], id
 
 
 # --------------------------------------------------------------------------
+# Tied embeddings: cross-check against the untied model with head.weight := E
+# --------------------------------------------------------------------------
+
+def tied_check(untied_builder: Callable, values: Dict[str, torch.Tensor], ids, targets, loss, logits, grads) -> dict:
+    """Runs the untied model (its own LmHead module) with head.weight = embed.weight and asserts
+    the tied results: same loss and logits, same gradients except E's, which must be the sum of
+    the untied embed.weight and head.weight gradients."""
+    model = untied_builder()[0].to(F64)
+    assert "head.weight" not in values
+    untied_values = dict(values, **{"head.weight": values["embed.weight"].clone()})
+    u_loss, u_logits, u_grads = forward_backward(model, untied_values, ids, targets)
+    d_loss = abs(u_loss.item() - loss.item())
+    d_logits = (u_logits - logits).abs().max().item()
+    d_grad = 0.0
+    for k, gk in grads.items():
+        want = u_grads[k] + u_grads["head.weight"] if k == "embed.weight" else u_grads[k]
+        d_grad = max(d_grad, ((gk - want).abs().max() / want.abs().max().clamp_min(1e-30)).item())
+    print(f"  tied vs untied with head.weight = E: |Δloss| {d_loss:.1e}, max |Δlogits| {d_logits:.1e},"
+          f" max relative Δgrad {d_grad:.1e}")
+    assert d_loss <= 1e-12 and d_logits <= 1e-12 and d_grad <= 1e-12, "tied model disagrees with untied W = E"
+    return {"loss": d_loss, "logits": d_logits, "grad_rel": d_grad}
+
+
+# --------------------------------------------------------------------------
 # Hugging Face cross-check of the Mamba LM
 # --------------------------------------------------------------------------
 
@@ -245,6 +293,8 @@ def build_case(name: str, seed: int, builder: Callable):
     loss, logits, grads = forward_backward(model, values, ids, targets)
     if name == "model_mamba_lm":
         hf_mamba_check(values, ids, targets, loss, logits, grads)
+    if name in UNTIED:
+        tied_check(UNTIED[name], values, ids, targets, loss, logits, grads)
 
     def f32(t):
         return t.detach().to(torch.float32).contiguous()
@@ -268,18 +318,23 @@ def write_case(outdir: str, name: str, seed: int, builder: Callable) -> str:
     return path
 
 
-def write_model_goldens(outdir: str) -> List[str]:
-    """Writes every model golden into `outdir`; returns their paths."""
+def write_model_goldens(outdir: str, only: Optional[List[str]] = None) -> List[str]:
+    """Writes every model golden (or those named in `only`) into `outdir`; returns their paths."""
+    names = {name for name, _, _ in CASES}
+    unknown = set(only or []) - names
+    if unknown:
+        raise SystemExit(f"unknown model golden(s) {sorted(unknown)}; known: {sorted(names)}")
     os.makedirs(outdir, exist_ok=True)
     with make_golden.single_threaded():
-        return [write_case(outdir, *case) for case in CASES]
+        return [write_case(outdir, *case) for case in CASES if only is None or case[0] in only]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.path.join("tests", "golden"), help="output directory (default: tests/golden)")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="write only these cases (e.g. model_pha_tied)")
     args = ap.parse_args(argv)
-    write_model_goldens(args.out)
+    write_model_goldens(args.out, args.only)
     return 0
 
 

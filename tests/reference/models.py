@@ -1,9 +1,9 @@
 """Plain-PyTorch reference of hybridseq's whole language models (include/hybridseq/models/).
 
 Every model is ``LanguageModel``: ids (B, T) → E[ids] → body → final norm → logits = y Wᵀ
-(untied head, no bias) → mean cross-entropy over targets ≠ -100. The bodies are assembled
-from the per-layer references beside this file, so each layer's math (and its flat parameter
-layout) is the one its own golden already checks:
+(untied head, no bias; or tied, W = E, with ``tie=True``) → mean cross-entropy over targets
+≠ -100. The bodies are assembled from the per-layer references beside this file, so each
+layer's math (and its flat parameter layout) is the one its own golden already checks:
 
 * ``layers.py``     linear, RMSNorm, LayerNorm, GELU/SiLU, embedding, LM head + CE
 * ``attention.py``  the attention branch (fused wqkv rows [q heads, k heads, v heads])
@@ -13,8 +13,8 @@ layout) is the one its own golden already checks:
 Modules are ``torch.nn.Module`` trees whose ``named_parameters()`` are exactly the C++
 dotted names of ``core::for_each_parameter`` (``embed.weight``,
 ``body.0.block.0.0.to_u.weight``, ``body.0.block.mixer.logits``, ``norm.weight``,
-``head.weight``, ...): child modules named "0", "1", ... stand for the C++ tuple indices of
-Repeat / SequentialBlock / ParallelBlock. Composition, as in the C++:
+``head.weight`` (absent when tied), ...): child modules named "0", "1", ... stand for the C++
+tuple indices of Repeat / SequentialBlock / ParallelBlock. Composition, as in the C++:
 
     PHA block (PhaLayout{})   x' = LN(α·x + Σ_b w_b RMSNorm_b(Branch_b(x))),  α = (2N)^{1/4}
                               branches GSS ‖ cosine attention (causal) ‖ Dual-FFN,
@@ -318,19 +318,26 @@ class DeepNorm(nn.Module):
 
 
 class LanguageModel(nn.Module):
-    """models::LanguageModel: embed → body → norm → head (untied) with mean CE."""
+    """models::LanguageModel: embed → body → norm → head with mean CE. Untied: the head owns
+    W (``head.weight``). Tied (Options::tie_embeddings): there is no head module and no
+    ``head.weight``; logits = y Eᵀ with E = ``embed.weight`` used twice in the graph, so
+    autograd sums the lookup's and the head's gradients into E's."""
 
-    def __init__(self, vocab: int, d_model: int, body: nn.Module, norm: nn.Module):
+    def __init__(self, vocab: int, d_model: int, body: nn.Module, norm: nn.Module, tie: bool = False):
         super().__init__()
         self.vocab = vocab
+        self.tie = tie
         self.embed = Embedding(vocab, d_model)
         self.body = body
         self.norm = norm
-        self.head = LmHead(d_model, vocab)
+        if not tie:
+            self.head = LmHead(d_model, vocab)
 
     def forward(self, ids: Tensor, targets: Tensor):
         """Returns (loss (0-d), logits (B, T, V))."""
         y = self.norm(self.body(self.embed(ids)))
+        if self.tie:
+            return layers.lm_head_ce(y, self.embed.weight, targets, IGNORE_INDEX)
         return self.head(y, targets)
 
 
@@ -362,13 +369,13 @@ def pha_block(d_model: int, heads: int, kv_heads: int, head_dim: int, gss_gate: 
     return DeepNorm(ParallelBlock(SoftplusMixer(3), normed), LayerNorm(d_model), alpha)
 
 
-def pha(vocab: int, shape: dict, blocks: int) -> LanguageModel:
+def pha(vocab: int, shape: dict, blocks: int, tie: bool = False) -> LanguageModel:
     """models::Pha<Vocab, PhaShape, PhaLayout{}>: `blocks` PHA blocks, α = (2·blocks)^{1/4},
     final RMSNorm. shape: d_model, heads, kv_heads, head_dim, gss_gate, gss_ssm, gss_state,
     ffn_primary, ffn_auxiliary."""
     alpha = deepnorm_alpha(blocks)
     body = Repeat([pha_block(**shape, alpha=alpha) for _ in range(blocks)])
-    return LanguageModel(vocab, shape["d_model"], body, RMSNorm(shape["d_model"]))
+    return LanguageModel(vocab, shape["d_model"], body, RMSNorm(shape["d_model"]), tie)
 
 
 def cooper_tf(d_model: int, heads: int = 2, window: int = 20) -> dict:
@@ -398,9 +405,10 @@ def mamba_layer(s: dict) -> nn.Module:
     return PreNormResidual(Mamba(**s), RMSNorm(s["d_model"]))
 
 
-def transformer(vocab: int, s: dict, layers_: int) -> LanguageModel:
+def transformer(vocab: int, s: dict, layers_: int, tie: bool = False) -> LanguageModel:
     """models::Transformer: NeoX layers, final LayerNorm."""
-    return LanguageModel(vocab, s["d_model"], Repeat([neox_layer(s) for _ in range(layers_)]), LayerNorm(s["d_model"]))
+    return LanguageModel(vocab, s["d_model"], Repeat([neox_layer(s) for _ in range(layers_)]), LayerNorm(s["d_model"]),
+                         tie)
 
 
 def mamba_lm(vocab: int, s: dict, layers_: int) -> LanguageModel:
