@@ -11,9 +11,9 @@
 
 #include <chrono>
 #include <map>
+#include <string>
 #include <type_traits>
 #include <utility>
-#include <string>
 #include <vector>
 
 #include <hybridseq/core.hpp>
@@ -75,8 +75,10 @@ void kernel_benchmark(benchmark::State& state) {
   double total = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    if constexpr (Backward) att::backward<Scheme, float>(Space{}, a, g);
-    else att::forward<Scheme, float>(Space{}, a);
+    if constexpr (Backward)
+      att::backward<Scheme, float>(Space{}, a, g);
+    else
+      att::forward<Scheme, float>(Space{}, a);
     Space().fence();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     state.SetIterationTime(s);
@@ -86,7 +88,8 @@ void kernel_benchmark(benchmark::State& state) {
   const double flops = (Backward ? 2.5 : 1.0) * 4.0 * double(att::visible_entries<Scheme>(t)) * head_dim * heads;
   state.counters["GFLOP/s"] = flops / secs * 1e-9;
   state.counters["visible_entries"] = double(att::visible_entries<Scheme>(t));
-  state.counters["visible_vs_causal"] = double(att::visible_entries<Scheme>(t)) / double(att::visible_entries<att::Causal>(t));
+  state.counters["visible_vs_causal"] =
+      double(att::visible_entries<Scheme>(t)) / double(att::visible_entries<att::Causal>(t));
   state.counters["vs_sgemm"] = flops / secs * 1e-9 / sgemm_gflops<Space>();
   if constexpr (!Backward) {
     measured<Space>()[{Scheme::name, t}] = secs;
@@ -134,7 +137,7 @@ void branch_step(benchmark::State& state) {
   core::fill(Space{}, core::flat(x), core::Init::normal(1.0), 1, 1);
   layer.prefill(ws, cache, x, y);
   for (auto _ : state) {
-    layer.step(ws, cache, x1, y1);
+    layer.prefill(ws, cache, x1, y1);
     layer.truncate(cache, t);  // every step decodes position t against a cache of t tokens
     Space().fence();
   }
@@ -149,20 +152,37 @@ void register_space() {
     b->ArgName("T")->Unit(benchmark::kMillisecond)->UseManualTime();
   };
   // Full causal first: the other schemes' time_vs_full divide by its time from this run.
-  benchmark::RegisterBenchmark(("attention_fwd/causal" + sfx).c_str(), kernel_benchmark<att::Causal, Space, false>)->Apply(lengths);
-  benchmark::RegisterBenchmark(("attention_fwd/sliding_window:256" + sfx).c_str(),
-                               kernel_benchmark<att::SlidingWindow<256>, Space, false>)->Apply(lengths);
-  benchmark::RegisterBenchmark(("attention_fwd/ecp:256" + sfx).c_str(), kernel_benchmark<att::EcpPairs<256>, Space, false>)
+  benchmark::RegisterBenchmark(("attention_fwd/causal" + sfx).c_str(), kernel_benchmark<att::Causal, Space, false>)
       ->Apply(lengths);
-  benchmark::RegisterBenchmark(("attention_bwd/causal" + sfx).c_str(), kernel_benchmark<att::Causal, Space, true>)->Apply(lengths);
+  benchmark::RegisterBenchmark(("attention_fwd/sliding_window:256" + sfx).c_str(),
+                               kernel_benchmark<att::SlidingWindow<256>, Space, false>)
+      ->Apply(lengths);
+  benchmark::RegisterBenchmark(("attention_fwd/ecp:256" + sfx).c_str(),
+                               kernel_benchmark<att::EcpPairs<256>, Space, false>)
+      ->Apply(lengths);
+  benchmark::RegisterBenchmark(("attention_bwd/causal" + sfx).c_str(), kernel_benchmark<att::Causal, Space, true>)
+      ->Apply(lengths);
   benchmark::RegisterBenchmark(("attention_bwd/sliding_window:256" + sfx).c_str(),
-                               kernel_benchmark<att::SlidingWindow<256>, Space, true>)->Apply(lengths);
-  benchmark::RegisterBenchmark(("attention_bwd/ecp:256" + sfx).c_str(), kernel_benchmark<att::EcpPairs<256>, Space, true>)
+                               kernel_benchmark<att::SlidingWindow<256>, Space, true>)
+      ->Apply(lengths);
+  benchmark::RegisterBenchmark(("attention_bwd/ecp:256" + sfx).c_str(),
+                               kernel_benchmark<att::EcpPairs<256>, Space, true>)
       ->Apply(lengths);
   benchmark::RegisterBenchmark(("attention_branch_fwd_bwd/causal" + sfx).c_str(), branch_fwd_bwd<att::Causal, Space>)
-      ->Arg(1024)->Arg(4096)->Arg(8192)->ArgName("T")->Unit(benchmark::kMillisecond)->UseRealTime();
+      ->Arg(1024)
+      ->Arg(4096)
+      ->Arg(8192)
+      ->ArgName("T")
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
   benchmark::RegisterBenchmark(("attention_step/causal" + sfx).c_str(), branch_step<att::Causal, Space>)
-      ->Arg(256)->Arg(1024)->Arg(4096)->Arg(8192)->ArgName("T")->Unit(benchmark::kMicrosecond)->UseRealTime();
+      ->Arg(256)
+      ->Arg(1024)
+      ->Arg(4096)
+      ->Arg(8192)
+      ->ArgName("T")
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
 }
 
 void register_attention_benchmarks() {

@@ -9,7 +9,8 @@
 //   perceiver_ar       PerceiverCross<M>(T) + (L−1) × Causal(M)
 //   double             L × [Bidirectional(T − M) + PerceiverCross<M>(T)]
 //   s_split            L × [SSplit<256>(T − M) + PerceiverCross<M>(T)]
-//   compressed_double  Bidirectional(T − M) + PerceiverCross<M>(T) + (L−1) × [Bidirectional(c) + PerceiverCross<M>(c + M)]
+//   compressed_double  Bidirectional(T − M) + PerceiverCross<M>(T) + (L−1) × [Bidirectional(c) + PerceiverCross<M>(c +
+//   M)]
 //
 // Counters:
 //   entries_vs_causal  Σ visible score entries ÷ those of L × Causal(T) (exact, from the schemes)
@@ -120,8 +121,14 @@ void register_space() {
   for (const char* model : {"transformer", "ecp", "perceiver_ar", "double", "s_split", "compressed_double"}) {
     benchmark::RegisterBenchmark(("ecp_family_attention/" + std::string(model) + sfx).c_str(),
                                  [model](benchmark::State& s) { model_attention<Space>(s, model); })
-        ->Arg(1024)->Arg(2048)->Arg(4096)->Arg(8192)->ArgName("T")
-        ->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(2);
+        ->Arg(1024)
+        ->Arg(2048)
+        ->Arg(4096)
+        ->Arg(8192)
+        ->ArgName("T")
+        ->Unit(benchmark::kMillisecond)
+        ->UseManualTime()
+        ->Iterations(2);
   }
 }
 

@@ -29,7 +29,8 @@ namespace {
 inline constexpr layers::MambaShape mamba_bench_shape{.d_model = 256};
 
 struct MambaBench {
-  template <class T, class S> using Layer = layers::Mamba<mamba_bench_shape, T, S>;
+  template <class T, class S>
+  using Layer = layers::Mamba<mamba_bench_shape, T, S>;
 };
 
 template <class Space, bool Backward>
@@ -37,8 +38,10 @@ void mamba_layer(benchmark::State& state) {
   const int t = static_cast<int>(state.range(0));
   Harness<MambaBench, Space> h(1, t);
   for (auto _ : state) {
-    if constexpr (Backward) h.backward();
-    else h.forward();
+    if constexpr (Backward)
+      h.backward();
+    else
+      h.forward();
     Space().fence();
   }
   state.counters["tokens/s"] = benchmark::Counter(t, benchmark::Counter::kIsIterationInvariantRate);
@@ -81,11 +84,23 @@ struct ScanInputs {
   Tensor<float****, Space> chunks;
 
   ScanInputs(int b_, int t_, int di_)
-      : b(b_), t(t_), di(di_),
-        u("u", b_, t_, di_), dt("dt", b_, t_, di_), bc("bc", b_, t_, 2 * scan_n), dy("dy", b_, t_, di_),
-        y("y", b_, t_, di_), du("du", b_, t_, di_), ddt("ddt", b_, t_, di_), dbc("dbc", b_, t_, 2 * scan_n),
-        dt_bias("dt_bias", di_), d_skip("D", di_), dd_skip("dD", di_), ddt_bias("ddt_bias", di_),
-        a_log("A_log", di_, scan_n), da_log("dA_log", di_, scan_n),
+      : b(b_),
+        t(t_),
+        di(di_),
+        u("u", b_, t_, di_),
+        dt("dt", b_, t_, di_),
+        bc("bc", b_, t_, 2 * scan_n),
+        dy("dy", b_, t_, di_),
+        y("y", b_, t_, di_),
+        du("du", b_, t_, di_),
+        ddt("ddt", b_, t_, di_),
+        dbc("dbc", b_, t_, 2 * scan_n),
+        dt_bias("dt_bias", di_),
+        d_skip("D", di_),
+        dd_skip("dD", di_),
+        ddt_bias("ddt_bias", di_),
+        a_log("A_log", di_, scan_n),
+        da_log("dA_log", di_, scan_n),
         chunks("chunks", b_, kernels::scan_chunks(t_, kernels::scan_default_chunk), di_, scan_n) {
     const Space exec{};
     core::fill(exec, core::flat(u), core::Init::normal(1.0), 7, 1);
@@ -106,18 +121,18 @@ struct ScanInputs {
                                                    d_skip, {}, y, chunks, {});
   }
   void backward(core::Workspace<Space>& ws) {
-    kernels::selective_scan_backward<scan_n, float>(Space{}, ws, u, dt, dt_bias, a_log, cols(bc, 0),
-                                                    cols(bc, scan_n), d_skip, chunks, dy, du, ddt, da_log,
-                                                    cols(dbc, 0), cols(dbc, scan_n), dd_skip, ddt_bias);
+    kernels::selective_scan_backward<scan_n, float>(Space{}, ws, u, dt, dt_bias, a_log, cols(bc, 0), cols(bc, scan_n),
+                                                    d_skip, chunks, dy, du, ddt, da_log, cols(dbc, 0),
+                                                    cols(dbc, scan_n), dd_skip, ddt_bias);
   }
   void reference_forward() {
     Tensor<float***, Space> h("h", b, di, scan_n);
-    kernels::reference::selective_scan_forward<float>(u, dt, dt_bias, a_log, cols(bc, 0), cols(bc, scan_n), d_skip,
-                                                      h, y);
+    kernels::reference::selective_scan_forward<float>(u, dt, dt_bias, a_log, cols(bc, 0), cols(bc, scan_n), d_skip, h,
+                                                      y);
   }
   void reference_backward() {
-    kernels::reference::selective_scan_backward<float>(u, dt, dt_bias, a_log, cols(bc, 0), cols(bc, scan_n), d_skip,
-                                                       dy, du, ddt, da_log, cols(dbc, 0), cols(dbc, scan_n), dd_skip,
+    kernels::reference::selective_scan_backward<float>(u, dt, dt_bias, a_log, cols(bc, 0), cols(bc, scan_n), d_skip, dy,
+                                                       du, ddt, da_log, cols(dbc, 0), cols(dbc, scan_n), dd_skip,
                                                        ddt_bias);
   }
   double updates() const { return double(b) * t * di * scan_n; }
@@ -144,8 +159,10 @@ void selective_scan(benchmark::State& state) {
   const double optimised = seconds_per_call<Space>(run, 3, 5);
   const double reference = seconds_per_call<Space>(
       [&] {
-        if constexpr (Backward) in.reference_backward();
-        else in.reference_forward();
+        if constexpr (Backward)
+          in.reference_backward();
+        else
+          in.reference_forward();
       },
       1, 2);
   state.counters["ns_per_update"] = optimised / in.updates() * 1e9;
@@ -162,18 +179,27 @@ void register_space() {
   for (int t : {256, 1024, 4096}) {
     const std::string tt = "/T:" + std::to_string(t);
     benchmark::RegisterBenchmark(("mamba_fwd" + shape + tt + sfx).c_str(), mamba_layer<Space, false>)
-        ->Arg(t)->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Arg(t)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
     benchmark::RegisterBenchmark(("mamba_bwd" + shape + tt + sfx).c_str(), mamba_layer<Space, true>)
-        ->Arg(t)->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Arg(t)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
     benchmark::RegisterBenchmark(("mamba_step" + shape + tt + sfx).c_str(), mamba_step<Space>)
-        ->Arg(t)->Unit(benchmark::kMicrosecond)->UseRealTime();
+        ->Arg(t)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
   }
   benchmark::RegisterBenchmark(("selective_scan_fwd/B:1/T:4096/Di:512/N:16" + sfx).c_str(),
                                selective_scan<Space, false>)
-      ->Args({4096, 512})->Unit(benchmark::kMillisecond)->UseRealTime();
-  benchmark::RegisterBenchmark(("selective_scan_bwd/B:1/T:4096/Di:512/N:16" + sfx).c_str(),
-                               selective_scan<Space, true>)
-      ->Args({4096, 512})->Unit(benchmark::kMillisecond)->UseRealTime();
+      ->Args({4096, 512})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark(("selective_scan_bwd/B:1/T:4096/Di:512/N:16" + sfx).c_str(), selective_scan<Space, true>)
+      ->Args({4096, 512})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
 }
 
 void register_mamba_benchmarks() {

@@ -42,8 +42,10 @@ void layer_benchmark(benchmark::State& state) {
   Harness<Case, Space> h(1, Case::bench_time);
   const double rows = Case::bench_time;
   for (auto _ : state) {
-    if constexpr (Backward) h.backward();
-    else h.forward();
+    if constexpr (Backward)
+      h.backward();
+    else
+      h.forward();
     Space().fence();
   }
   const double flops = (Backward ? 2.0 : 1.0) * Case::forward_flops(rows);
@@ -91,15 +93,18 @@ void register_space() {
   cases::for_each_case(cases::BenchCases{}, [&]<class Case>() {
     const std::string shape = std::string(Case::name) + "/T:" + std::to_string(Case::bench_time);
     benchmark::RegisterBenchmark(("fwd/" + shape + sfx).c_str(), layer_benchmark<Case, Space, false>)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
     benchmark::RegisterBenchmark(("bwd/" + shape + sfx).c_str(), layer_benchmark<Case, Space, true>)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   });
   auto linear = [&]<class Case>(const char* shape) {
     benchmark::RegisterBenchmark(
         (std::string("linear_fwd/") + shape + "/T:" + std::to_string(Case::bench_time) + sfx).c_str(),
         linear_forward_vs_sgemm<Case, Space>)
-        ->Unit(benchmark::kMillisecond)->UseRealTime();
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   };
   linear.template operator()<cases::LinearBench256x768>("256x768");
   linear.template operator()<cases::LinearBench768x3072>("768x3072");
@@ -108,7 +113,8 @@ void register_space() {
       ->Args({4096, 256, 768})
       ->Args({4096, 768, 3072})
       ->Args({2048, 2048, 2048})
-      ->Unit(benchmark::kMillisecond)->UseRealTime();
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
 }
 
 void register_primitive_benchmarks() {

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include <hybridseq/hybridseq.hpp>
@@ -51,6 +52,7 @@ struct Config {
   std::int64_t eval_tokens = 65536;
   int eval_stride = 0;
   std::uint64_t seed = 1;
+  bool describe = false;  // print the model's tree instead of training it (no corpus needed)
 };
 
 struct Evaluation {
@@ -74,20 +76,19 @@ Evaluation evaluate(const Model& model, core::Workspace<Space>& ws, const tasks:
 }
 
 template <class Model>
-nlohmann::json run(const std::string& name, int layers, const Config& c, const tasks::ByteCorpus& corpus) {
+nlohmann::json run(const std::string& name, int layers, const Config& c, const tasks::ByteCorpus* corpus_or_null) {
   if (c.eval_stride > 0 && c.len - scored_columns<Model>(c.len) > c.len - c.eval_stride)
     fail<config_error>("text_lm", "--eval-stride ", c.eval_stride, " scores targets that ", name,
                        " does not predict (it scores the last ", scored_columns<Model>(c.len), " of ", c.len, ")");
   typename Model::Options o;
-  if constexpr (requires { o.body.latent_layers; })
-    o.body.latent_layers = layers - 1;
-  else
-    o.body.count = layers;
+  o.body.count = layers;
   Model model(o);
-  if constexpr (requires { model.initialize(c.seed); })
-    model.initialize(c.seed);
-  else
-    core::initialize(model, c.seed);
+  if (c.describe) {
+    std::printf("%s:\n%s\n", name.c_str(), core::describe(model).c_str());
+    return {{"arch", name}, {"parameters", core::parameter_count(model)}};
+  }
+  core::initialize(model, c.seed);
+  const tasks::ByteCorpus& corpus = *corpus_or_null;
   train::TrainerOptions to;
   to.steps = c.steps;
   // 5 % linear warm-up, then cosine decay to 10 % of the peak.
@@ -156,16 +157,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", c.seed, "seed")->capture_default_str();
   app.add_option("--json", json_path, "write results and the loss curve as JSON");
+  app.add_flag("--describe", c.describe, "print the architecture's module tree and parameter counts, then exit");
   CLI11_PARSE(app, argc, argv);
   setenv("OMP_PROC_BIND", "false", 0);
   Kokkos::ScopeGuard kokkos(argc, argv);
   try {
-    const auto corpus = tasks::ByteCorpus::open(c.corpus);
-    std::printf("corpus %s: %lld bytes (train %lld, valid %lld, test %lld); %s with %d thread(s)\n", c.corpus.c_str(),
-                static_cast<long long>(corpus.size()), static_cast<long long>(corpus.split_size(tasks::Split::train)),
-                static_cast<long long>(corpus.split_size(tasks::Split::valid)),
-                static_cast<long long>(corpus.split_size(tasks::Split::test)), Space::name(),
-                core::compat::concurrency(Space{}));
+    std::optional<tasks::ByteCorpus> opened;
+    if (!c.describe) opened.emplace(tasks::ByteCorpus::open(c.corpus));
+    const tasks::ByteCorpus* corpus = opened ? &*opened : nullptr;
+    if (corpus)
+      std::printf("corpus %s: %lld bytes (train %lld, valid %lld, test %lld); %s with %d thread(s)\n", c.corpus.c_str(),
+                  static_cast<long long>(corpus->size()),
+                  static_cast<long long>(corpus->split_size(tasks::Split::train)),
+                  static_cast<long long>(corpus->split_size(tasks::Split::valid)),
+                  static_cast<long long>(corpus->split_size(tasks::Split::test)), Space::name(),
+                  core::compat::concurrency(Space{}));
     nlohmann::json j;
     if (arch == "transformer")
       j = run<Transformer>(arch, 4, c, corpus);

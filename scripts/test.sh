@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Builds and runs the whole hybridseq test suite on a fresh Debian machine:
+#   0. checks the C++ style (scripts/check-format.sh: clang-format 14, .clang-format),
 #   1. installs missing dependencies from Debian's archive,
 #   2. builds Kokkos 3.4.01 (Serial + OpenMP) once per machine into a cache,
 #   3. configures, builds and runs every test (Serial and OpenMP, goldens, gradient checks,
@@ -13,6 +14,7 @@ sanitize=1
 [[ "${1:-}" == "--no-sanitize" ]] && sanitize=0
 
 bash scripts/install-deps.sh
+bash scripts/check-format.sh
 kokkos_root=$(bash scripts/build-kokkos.sh | tail -n 1)
 jobs=$(nproc)
 

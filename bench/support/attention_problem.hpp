@@ -15,8 +15,14 @@ struct AttentionProblem {
   Tensor<float*, Space> qkv, o, lse, d_o, dqkv, delta, alpha;
 
   explicit AttentionProblem(std::int64_t t)
-      : n(t), qkv("qkv", t * row()), o("o", t * heads * head_dim), lse("lse", heads * t),
-        d_o("do", t * heads * head_dim), dqkv("dqkv", t * row()), delta("delta", heads * t), alpha("alpha", heads) {
+      : n(t),
+        qkv("qkv", t * row()),
+        o("o", t * heads * head_dim),
+        lse("lse", heads * t),
+        d_o("do", t * heads * head_dim),
+        dqkv("dqkv", t * row()),
+        delta("delta", heads * t),
+        alpha("alpha", heads) {
     core::fill(Space{}, qkv, core::Init::normal(1.0), 1, 1);
     core::fill(Space{}, d_o, core::Init::normal(1.0), 1, 2);
     Kokkos::deep_copy(alpha, 0.125f);
@@ -31,7 +37,15 @@ struct AttentionProblem {
             {qkv.data() + w, keys * row(), row(), head_dim},
             {qkv.data() + 2 * w, keys * row(), row(), head_dim},
             {o.data(), queries * w, w, head_dim},
-            lse.data(), alpha.data(), 1, queries, keys, q0, heads, heads, head_dim};
+            lse.data(),
+            alpha.data(),
+            1,
+            queries,
+            keys,
+            q0,
+            heads,
+            heads,
+            head_dim};
   }
   kernels::attention::AttentionArgs<float> args() const { return args(n, n); }
 

@@ -6,10 +6,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <hybridseq/core/describe.hpp>
 #include <hybridseq/models.hpp>
 #include <hybridseq/tasks.hpp>
 #include <hybridseq/train.hpp>
@@ -35,6 +37,7 @@ struct ExperimentConfig {
   std::int64_t warmup = 100;
   std::uint64_t seed = 1;  // parameters; data uses seed + 1, evaluation seed + 2
   bool progress = true;    // a TerminalProgress line per architecture (stdout)
+  bool describe = false;   // print each model's tree (core::describe) instead of training it
 };
 
 struct LengthAccuracy {
@@ -92,10 +95,14 @@ ArchResult run_experiment(const std::string& name, int layers, const ExperimentC
   typename Model::Options options;
   options.body.count = layers;
   Model model(options);
-  if constexpr (requires { model.initialize(config.seed); })
-    model.initialize(config.seed);
-  else
-    core::initialize(model, config.seed);
+  if (config.describe) {
+    std::printf("%s:\n%s\n", name.c_str(), core::describe(model).c_str());
+    ArchResult r;
+    r.arch = name;
+    r.parameters = core::parameter_count(model);
+    return r;
+  }
+  core::initialize(model, config.seed);
 
   train::TrainerOptions to;
   to.steps = config.steps;

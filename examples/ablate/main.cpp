@@ -180,6 +180,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write results as JSON");
   app.add_option("--csv", csv_path, "write results as CSV");
   app.add_flag("--quiet", quiet, "no progress display");
+  app.add_flag("--describe", c.describe,
+               "print each chosen architecture's module tree and parameter counts, then exit");
   CLI11_PARSE(app, argc, argv);
 
   setenv("OMP_PROC_BIND", "false", 0);
@@ -210,6 +212,7 @@ int main(int argc, char** argv) {
         c.lr, static_cast<long long>(c.warmup), DefaultSpace::name(), core::compat::concurrency(DefaultSpace{}));
     std::vector<ArchResult> results;
     for (const auto& a : chosen) results.push_back(a.run(c));
+    if (c.describe) return 0;
     print_table(results, c, c.ood_task.has_value());
     if (!json_path.empty()) {
       std::ofstream out(json_path);

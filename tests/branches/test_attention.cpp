@@ -3,12 +3,12 @@
 // decoding invariants; bad input.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <vector>
+
 #include <hybridseq/core/rng.hpp>
 #include <hybridseq/kernels/attention/tiled_attention.hpp>
 #include <hybridseq/kernels/reference/attention.hpp>
-
-#include <cmath>
-#include <vector>
 
 #include "support/spaces.hpp"
 
@@ -45,8 +45,9 @@ struct Packed {
   att::HeadRows<const T> k() const { return {qkv.data() + heads * dh, tk * row(), row(), dh}; }
   att::HeadRows<const T> v() const { return {qkv.data() + (heads + kv_heads) * dh, tk * row(), row(), dh}; }
   att::AttentionArgs<T> args() {
-    return {q(), k(), v(), {o.data(), tq * heads * dh, heads * dh, dh}, lse.data(), alpha.data(),
-            batch, tq, tk, q0, heads, kv_heads, dh};
+    return {
+        q(),   k(),      v(), {o.data(), tq * heads * dh, heads * dh, dh}, lse.data(), alpha.data(), batch, tq, tk, q0,
+        heads, kv_heads, dh};
   }
   att::AttentionGrads<T> grads() {
     return {{d_o.data(), tq * heads * dh, heads * dh, dh},
@@ -112,7 +113,8 @@ TEST_CASE("segment schemes count their score entries exactly", "[attention][host
   // ECP at n = 4096, m = 256 computes m² + (s−1)·2m² = 2nm − m² entries at block granularity.
   constexpr std::int64_t n = 4096, m = 256;
   STATIC_REQUIRE(att::visited_entries<att::EcpPairs<256>>(n, m) == 2 * n * m - m * m);
-  REQUIRE(double(att::visited_entries<att::EcpPairs<256>>(n, m)) / double(n * n) == Approx(0.12109375));  // "12.1% of n²"
+  REQUIRE(double(att::visited_entries<att::EcpPairs<256>>(n, m)) / double(n * n) ==
+          Approx(0.12109375));  // "12.1% of n²"
   STATIC_REQUIRE(att::visible_entries<att::Causal>(n) == n * (n + 1) / 2);
   STATIC_REQUIRE(att::visible_entries<att::SlidingWindow<256>>(n) == 256 * 257 / 2 + (n - 256) * 256);
   STATIC_REQUIRE(att::visible_entries<att::Bidirectional>(100) == 100 * 100);
@@ -140,7 +142,9 @@ TEST_CASE("schemes refuse sequence lengths they cannot take", "[attention][host]
 
 HYBRIDSEQ_SPACE_TEST_CASE("attention branch: finite-difference gradients in double", "[attention][gradcheck]") {
   cases::for_each_case(cases::AttentionCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_gradients<Case, TestType>(1e-6); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_gradients<Case, TestType>(1e-6);
+    }
   });
 }
 
@@ -149,13 +153,17 @@ HYBRIDSEQ_SPACE_TEST_CASE("attention branch: finite-difference gradients in doub
 // with margin while a wrong mask or head mapping is off by O(0.1) (see ATTENTION.md).
 HYBRIDSEQ_SPACE_TEST_CASE("attention branch: PyTorch goldens in float", "[attention][golden]") {
   cases::for_each_case(cases::AttentionCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_golden<Case, TestType>(1e-4, 1e-5); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_golden<Case, TestType>(1e-4, 1e-5);
+    }
   });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("attention branch: save/load round trip", "[attention][io]") {
   cases::for_each_case(cases::AttentionCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_round_trip<Case, TestType>(); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_round_trip<Case, TestType>();
+    }
   });
 }
 
@@ -263,7 +271,8 @@ TEST_CASE("attention refuses bad shapes, lengths and a full cache", "[attention]
   Attention<cases::small8, att::EcpPairs<16>, float, S> ecp;
   typename decltype(ecp)::Saved saved;
   Tensor<float***, S> x("x", 1, 40, 8), y("y", 1, 40, 8);
-  REQUIRE_THROWS_WITH(ecp.forward(ws, x, y, saved), Catch::Matchers::Contains("hybridseq::layers::Attention::forward: ECP needs"));
+  REQUIRE_THROWS_WITH(ecp.forward(ws, x, y, saved),
+                      Catch::Matchers::Contains("hybridseq::layers::Attention::forward: ECP needs"));
   Tensor<float***, S> xw("x", 1, 32, 9), yw("y", 1, 32, 8);
   REQUIRE_THROWS_WITH(ecp.forward(ws, xw, yw, saved),
                       "hybridseq::layers::Attention::forward: x is (1,32,9), expected (B,T,8)");

@@ -3,11 +3,6 @@
 // Hugging Face MambaMixer golden, save/load), decoding invariants, initialisation and errors.
 #include <catch2/catch.hpp>
 
-#include <hybridseq/kernels/conv1d.hpp>
-#include <hybridseq/kernels/reference/selective_scan.hpp>
-#include <hybridseq/kernels/selective_scan.hpp>
-#include <hybridseq/layers/mamba.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +10,11 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <hybridseq/kernels/conv1d.hpp>
+#include <hybridseq/kernels/reference/selective_scan.hpp>
+#include <hybridseq/kernels/selective_scan.hpp>
+#include <hybridseq/layers/mamba.hpp>
 
 #include "cases/mamba_cases.hpp"
 #include "support/spaces.hpp"
@@ -63,11 +63,22 @@ struct ScanData {
   Tensor<T**, Space> a_log;           // (Di, N)
 
   ScanData(int b_, int t_, int di_, int n_, int chunk_)
-      : b(b_), t(t_), di(di_), n(n_), chunk(chunk_),
-        u("u", b_, t_, di_), dt("dt", b_, t_, di_), bc("bc", b_, t_, 2 * n_ + 3), dy("dy", b_, t_, di_),
-        dt_bias("dt_bias", di_), d_skip("D", di_), a_log("A_log", di_, n_) {}
+      : b(b_),
+        t(t_),
+        di(di_),
+        n(n_),
+        chunk(chunk_),
+        u("u", b_, t_, di_),
+        dt("dt", b_, t_, di_),
+        bc("bc", b_, t_, 2 * n_ + 3),
+        dy("dy", b_, t_, di_),
+        dt_bias("dt_bias", di_),
+        d_skip("D", di_),
+        a_log("A_log", di_, n_) {}
 
-  StridedTensor<T***, Space> bm() const { return Kokkos::subview(bc, Kokkos::ALL, Kokkos::ALL, std::make_pair(1, 1 + n)); }
+  StridedTensor<T***, Space> bm() const {
+    return Kokkos::subview(bc, Kokkos::ALL, Kokkos::ALL, std::make_pair(1, 1 + n));
+  }
   StridedTensor<T***, Space> cm() const {
     return Kokkos::subview(bc, Kokkos::ALL, Kokkos::ALL, std::make_pair(n + 2, 2 * n + 2));
   }
@@ -115,8 +126,12 @@ struct ScanGrads {
   Tensor<T**, Space> da_log;
   Tensor<T*, Space> dd_skip, ddt_bias;
   explicit ScanGrads(const ScanData<T, Space>& s)
-      : du("du", s.b, s.t, s.di), ddt("ddt", s.b, s.t, s.di), dbc("dbc", s.b, s.t, 2 * s.n + 3),
-        da_log("da_log", s.di, s.n), dd_skip("dD", s.di), ddt_bias("ddt_bias", s.di) {}
+      : du("du", s.b, s.t, s.di),
+        ddt("ddt", s.b, s.t, s.di),
+        dbc("dbc", s.b, s.t, 2 * s.n + 3),
+        da_log("da_log", s.di, s.n),
+        dd_skip("dD", s.di),
+        ddt_bias("ddt_bias", s.di) {}
   StridedTensor<T***, Space> dbm(int n) const {
     return Kokkos::subview(dbc, Kokkos::ALL, Kokkos::ALL, std::make_pair(1, 1 + n));
   }
@@ -124,9 +139,9 @@ struct ScanGrads {
     return Kokkos::subview(dbc, Kokkos::ALL, Kokkos::ALL, std::make_pair(n + 2, 2 * n + 2));
   }
   std::vector<std::pair<const char*, std::vector<double>>> all() const {
-    return {{"du", testing::to_vector(du)},           {"ddt", testing::to_vector(ddt)},
-            {"dB|dC", testing::to_vector(dbc)},       {"dA_log", testing::to_vector(da_log)},
-            {"dD", testing::to_vector(dd_skip)},      {"ddt_bias", testing::to_vector(ddt_bias)}};
+    return {{"du", testing::to_vector(du)},      {"ddt", testing::to_vector(ddt)},
+            {"dB|dC", testing::to_vector(dbc)},  {"dA_log", testing::to_vector(da_log)},
+            {"dD", testing::to_vector(dd_skip)}, {"ddt_bias", testing::to_vector(ddt_bias)}};
   }
 };
 
@@ -306,8 +321,8 @@ HYBRIDSEQ_SPACE_TEST_CASE("selective scan continues from an initial state", "[ma
     Kokkos::deep_copy(h, first.h_last);
     Tensor<double***, TestType> y2("y2", s.b, s.t - k, s.di);
     kernels::selective_scan_forward<N, double>(TestType{}, second_in.u, second_in.dt, second_in.dt_bias,
-                                               second_in.a_log, second_in.bm(), second_in.cm(), second_in.d_skip, h,
-                                               y2, {}, h, s.chunk);
+                                               second_in.a_log, second_in.bm(), second_in.cm(), second_in.d_skip, h, y2,
+                                               {}, h, s.chunk);
     Tensor<double***, TestType> y_tail("y_tail", s.b, s.t - k, s.di);
     Kokkos::deep_copy(y_tail, Kokkos::subview(full.y, Kokkos::ALL, std::make_pair(k, s.t), Kokkos::ALL));
     CHECK(scaled_error(testing::to_vector(y2), testing::to_vector(y_tail)) <= 1e-13);
@@ -407,9 +422,8 @@ void check_conv1d() {
     return with_window ? window(b, d, K - 1 + s) : 0.0;
   };
   for (bool with_window : {false, true}) {
-    kernels::conv1d_forward<K, kernels::IdentityPost, double>(Space{}, x, w, bias,
-                                                              with_window ? window : Tensor<double***, Space>{}, pre,
-                                                              out);
+    kernels::conv1d_forward<K, kernels::IdentityPost, double>(
+        Space{}, x, w, bias, with_window ? window : Tensor<double***, Space>{}, pre, out);
     Space().fence();
     double err = 0;
     for (int b = 0; b < nb; ++b)
@@ -461,9 +475,15 @@ void check_conv1d() {
 }  // namespace
 
 HYBRIDSEQ_SPACE_TEST_CASE("conv1d forward, window and backward match the loops", "[mamba][conv1d]") {
-  SECTION("K=1") { check_conv1d<1, TestType>(); }
-  SECTION("K=3") { check_conv1d<3, TestType>(); }
-  SECTION("K=4") { check_conv1d<4, TestType>(); }
+  SECTION("K=1") {
+    check_conv1d<1, TestType>();
+  }
+  SECTION("K=3") {
+    check_conv1d<3, TestType>();
+  }
+  SECTION("K=4") {
+    check_conv1d<4, TestType>();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -479,13 +499,17 @@ static_assert(layers::Mamba<layers::MambaShape{.d_model = 40}, float, Kokkos::Se
 
 HYBRIDSEQ_SPACE_TEST_CASE("mamba: finite-difference gradients in double", "[mamba][gradcheck]") {
   cases::for_each_case(cases::MambaCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_gradients<Case, TestType>(1e-6); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_gradients<Case, TestType>(1e-6);
+    }
   });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("mamba: PyTorch goldens in float", "[mamba][golden]") {
   cases::for_each_case(cases::MambaCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_golden<Case, TestType>(); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_golden<Case, TestType>();
+    }
   });
 }
 
@@ -494,13 +518,17 @@ HYBRIDSEQ_SPACE_TEST_CASE("mamba: PyTorch goldens in float", "[mamba][golden]") 
 // is the same as for the reference goldens.
 HYBRIDSEQ_SPACE_TEST_CASE("mamba: Hugging Face MambaMixer golden in float", "[mamba][golden][hf]") {
   cases::for_each_case(cases::MambaHfCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_golden<Case, TestType>(1e-5, 1e-6); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_golden<Case, TestType>(1e-5, 1e-6);
+    }
   });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("mamba: save/load round trip", "[mamba][io]") {
   cases::for_each_case(cases::MambaCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_round_trip<Case, TestType>(); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_round_trip<Case, TestType>();
+    }
   });
 }
 
@@ -530,9 +558,8 @@ void check_decoding(double tol) {
   typename L::Saved saved;
   layer.forward(ws, x, y, saved);
   const auto y_full = testing::to_vector(y);
-  const double scale = std::max(1.0, *std::max_element(y_full.begin(), y_full.end(), [](double a, double b) {
-    return std::abs(a) < std::abs(b);
-  }));
+  const double scale = std::max(1.0, *std::max_element(y_full.begin(), y_full.end(),
+                                                       [](double a, double b) { return std::abs(a) < std::abs(b); }));
   auto expect_rows = [&](const Tensor<T***, Space>& got, int t0) {
     const auto g = testing::to_vector(got);
     double err = 0;
@@ -594,8 +621,12 @@ void check_decoding(double tol) {
 }  // namespace
 
 HYBRIDSEQ_SPACE_TEST_CASE("mamba: prefill + steps reproduce forward; snapshot/restore", "[mamba][decode]") {
-  SECTION("float") { check_decoding<float, TestType>(1e-5); }
-  SECTION("double") { check_decoding<double, TestType>(1e-12); }
+  SECTION("float") {
+    check_decoding<float, TestType>(1e-5);
+  }
+  SECTION("double") {
+    check_decoding<double, TestType>(1e-12);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -612,7 +643,8 @@ TEST_CASE("mamba: initialisation follows the reference", "[mamba][host]") {
     const auto v = testing::to_vector(p.value());
     if (name == "A_log") {
       for (int d = 0; d < L::d_inner; ++d)
-        for (int n = 0; n < L::d_state; ++n) a_err = std::max(a_err, std::abs(v[d * L::d_state + n] - std::log(n + 1.0)));
+        for (int n = 0; n < L::d_state; ++n)
+          a_err = std::max(a_err, std::abs(v[d * L::d_state + n] - std::log(n + 1.0)));
     } else if (name == "D") {
       for (double e : v) CHECK(e == 1.0);
     } else if (name == "dt_proj.bias") {
@@ -633,7 +665,7 @@ TEST_CASE("mamba: initialisation follows the reference", "[mamba][host]") {
   CHECK(hi <= 0.1 * (1 + 1e-12));
   CHECK(lo < 3e-3);
   CHECK(hi > 3e-2);
-  CHECK(w_max <= 0.5);     // U(±dt_rank^-½), dt_rank 4
+  CHECK(w_max <= 0.5);  // U(±dt_rank^-½), dt_rank 4
   CHECK(w_max > 0.4);
   CHECK(conv_max <= 0.5);  // U(±1/√K), K 4
 }
@@ -662,7 +694,8 @@ TEST_CASE("mamba: wrong shapes and options are refused with the API name and val
                       "hybridseq::layers::Mamba::prefill: x is (3,5,8), expected (2,T,8)");
   auto one = m.make_state(1);
   REQUIRE_THROWS_AS(m.restore(st, one), shape_error);
-  REQUIRE_THROWS_WITH(m.restore(st, one), "hybridseq::layers::Mamba::restore: state has batch 2 but the snapshot has 1");
+  REQUIRE_THROWS_WITH(m.restore(st, one),
+                      "hybridseq::layers::Mamba::restore: state has batch 2 but the snapshot has 1");
   REQUIRE_THROWS_AS(m.make_state(-1), value_error);
 
   L::Options bad;

@@ -52,9 +52,7 @@ struct EcpFamilyCase {
   template <class L>
   static typename L::Options options() {
     typename L::Options o;
-    if constexpr (requires { o.body.count; }) o.body.count = Layers;
-    else if constexpr (requires { o.body.later_layers; }) o.body.later_layers = Layers - 1;
-    else o.body.latent_layers = Layers - 1;
+    o.body.count = Layers;  // every model names its depth `count`
     return o;
   }
 };
@@ -66,17 +64,16 @@ inline constexpr char ecp_name[] = "ecp", ecp_faithful_name[] = "ecp_faithful", 
                       compressed_double_1_name[] = "compressed_double_1layer";
 inline constexpr char ecp_no_golden[] = "";
 inline constexpr char ecp_golden[] = "model_ecp", ecp_faithful_golden[] = "model_ecp_faithful",
-                      perceiver_ar_golden[] = "model_perceiver_ar", double_attention_golden[] = "model_double_attention",
+                      perceiver_ar_golden[] = "model_perceiver_ar",
+                      double_attention_golden[] = "model_double_attention",
                       ssplit_attention_golden[] = "model_ssplit_attention",
                       compressed_double_golden[] = "model_compressed_double";
 
 using EcpCase = EcpFamilyCase<EcpTiny, 2, 12, ecp_name, ecp_golden>;
 using EcpFaithfulCase = EcpFamilyCase<EcpTinyFaithful, 2, 12, ecp_faithful_name, ecp_faithful_golden>;
 using PerceiverArCase = EcpFamilyCase<PerceiverArTiny, 2, 12, perceiver_ar_name, perceiver_ar_golden>;
-using DoubleAttentionCase =
-    EcpFamilyCase<DoubleAttentionTiny, 2, 12, double_attention_name, double_attention_golden>;
-using SSplitAttentionCase =
-    EcpFamilyCase<SSplitAttentionTiny, 2, 12, ssplit_attention_name, ssplit_attention_golden>;
+using DoubleAttentionCase = EcpFamilyCase<DoubleAttentionTiny, 2, 12, double_attention_name, double_attention_golden>;
+using SSplitAttentionCase = EcpFamilyCase<SSplitAttentionTiny, 2, 12, ssplit_attention_name, ssplit_attention_golden>;
 using CompressedDoubleCase =
     EcpFamilyCase<CompressedDoubleTiny, 2, 12, compressed_double_name, compressed_double_golden>;
 using CompressedDouble1Case = EcpFamilyCase<CompressedDoubleTiny, 1, 12, compressed_double_1_name, ecp_no_golden>;

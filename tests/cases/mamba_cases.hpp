@@ -25,45 +25,58 @@ typename L::Options mamba_options(int chunk) {
 }
 
 struct MambaSmall {
-  template <class T, class S> using Layer = layers::Mamba<mamba_small, T, S>;
+  template <class T, class S>
+  using Layer = layers::Mamba<mamba_small, T, S>;
   static constexpr const char* name = "mamba";
   static constexpr const char* golden = "mamba";
   static constexpr int batch = 2, time = 7;
   template <class L>
-  static typename L::Options options() { return mamba_options<L>(3); }
+  static typename L::Options options() {
+    return mamba_options<L>(3);
+  }
 };
 struct MambaT1 {
-  template <class T, class S> using Layer = layers::Mamba<mamba_small, T, S>;
+  template <class T, class S>
+  using Layer = layers::Mamba<mamba_small, T, S>;
   static constexpr const char* name = "mamba_t1";
   static constexpr const char* golden = "mamba_t1";
   static constexpr int batch = 3, time = 1;
 };
 struct MambaT13 {
-  template <class T, class S> using Layer = layers::Mamba<mamba_odd, T, S>;
+  template <class T, class S>
+  using Layer = layers::Mamba<mamba_odd, T, S>;
   static constexpr const char* name = "mamba_t13";
   static constexpr const char* golden = "mamba_t13";
   static constexpr int batch = 2, time = 13;
   template <class L>
-  static typename L::Options options() { return mamba_options<L>(4); }
+  static typename L::Options options() {
+    return mamba_options<L>(4);
+  }
 };
 
 /// The same layers against goldens produced by Hugging Face transformers' MambaMixer (its
 /// torch path) on the same parameters and inputs as mamba / mamba_t13.
 struct MambaHf {
-  template <class T, class S> using Layer = layers::Mamba<mamba_small, T, S>;
+  template <class T, class S>
+  using Layer = layers::Mamba<mamba_small, T, S>;
   static constexpr const char* name = "mamba_hf";
   static constexpr const char* golden = "mamba_hf";
   static constexpr int batch = 2, time = 7;
   template <class L>
-  static typename L::Options options() { return mamba_options<L>(3); }
+  static typename L::Options options() {
+    return mamba_options<L>(3);
+  }
 };
 struct MambaHfT13 {
-  template <class T, class S> using Layer = layers::Mamba<mamba_odd, T, S>;
+  template <class T, class S>
+  using Layer = layers::Mamba<mamba_odd, T, S>;
   static constexpr const char* name = "mamba_hf_t13";
   static constexpr const char* golden = "mamba_hf_t13";
   static constexpr int batch = 2, time = 13;
   template <class L>
-  static typename L::Options options() { return mamba_options<L>(4); }
+  static typename L::Options options() {
+    return mamba_options<L>(4);
+  }
 };
 
 using MambaCases = CaseList<MambaSmall, MambaT1, MambaT13>;

@@ -16,8 +16,9 @@ inline constexpr int model_vocab = 11;
 inline constexpr models::PhaShape pha_tiny{8, 2, 1, 4, 16, 6, 4, 16, 8};
 
 /// The paper's branches plus a sliding-window attention branch (window 4).
-using pha_four_branches = models::PhaBranchList<models::pha_branch::Gss, models::pha_branch::Attention,
-                                                models::pha_branch::DualFfn, models::pha_branch::SlidingWindowAttention<4>>;
+using pha_four_branches =
+    models::PhaBranchList<models::pha_branch::Gss, models::pha_branch::Attention, models::pha_branch::DualFfn,
+                          models::pha_branch::SlidingWindowAttention<4>>;
 
 template <models::PhaLayout Layout, int Layers, const char* Name, const char* Golden,
           class Branches = models::PhaPaperBranches, bool Tied = false>
@@ -65,8 +66,9 @@ template <class T, class S>
 using HybridTiny = models::Stack<model_vocab, models::MambaLayer<ssm_tiny, T, S>, models::NeoxLayer<tf_tiny, T, S>,
                                  models::NeoxLayer<tf_tiny, T, S>>;
 
-inline constexpr char pha_name[] = "pha", pha_seq_name[] = "pha_seq_prenorm", pha_raw_name[] = "pha_raw_nonorm", pha_swa_name[] = "pha_four_branches",
-                      transformer_name[] = "transformer", mamba_lm_name[] = "mamba_lm", hybrid_name[] = "hybrid_ssm_tf_tf";
+inline constexpr char pha_name[] = "pha", pha_seq_name[] = "pha_seq_prenorm", pha_raw_name[] = "pha_raw_nonorm",
+                      pha_swa_name[] = "pha_four_branches", transformer_name[] = "transformer",
+                      mamba_lm_name[] = "mamba_lm", hybrid_name[] = "hybrid_ssm_tf_tf";
 inline constexpr char no_golden[] = "";
 inline constexpr char pha_golden[] = "model_pha", transformer_golden[] = "model_transformer",
                       mamba_lm_golden[] = "model_mamba_lm", hybrid_golden[] = "model_hybrid";
@@ -77,9 +79,8 @@ using PhaTiny = PhaCase<models::PhaLayout{}, 2, pha_name, pha_golden>;
 using PhaSeqPrenorm = PhaCase<models::PhaLayout{.arrangement = models::Arrangement::sequential,
                                                 .residual = models::PhaResidual::prenorm_scaled},
                               2, pha_seq_name, no_golden>;
-using PhaRawNoNorm =
-    PhaCase<models::PhaLayout{.branch_norm = false, .normalised = false}, 2, pha_raw_name, no_golden,
-            models::PhaBranchList<models::pha_branch::Gss, models::pha_branch::DualFfn>>;
+using PhaRawNoNorm = PhaCase<models::PhaLayout{.branch_norm = false, .normalised = false}, 2, pha_raw_name, no_golden,
+                             models::PhaBranchList<models::pha_branch::Gss, models::pha_branch::DualFfn>>;
 /// A fourth branch kind joins PHA by being named in the list: sliding-window cosine attention
 /// (window 4, shorter than the test sequences).
 using PhaFourBranches = PhaCase<models::PhaLayout{}, 1, pha_swa_name, no_golden, pha_four_branches>;

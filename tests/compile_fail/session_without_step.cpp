@@ -22,4 +22,6 @@ struct NoStep {  // a sequence mixer (not position-wise) without decoding suppor
 
 using Model = models::LanguageModel<11, NoStep, layers::RmsNorm<8, float, Space>>;
 
-void decode_it(const Model& model) { decode::Session session(model, 1); }
+void decode_it(const Model& model) {
+  decode::Session session(model, 1);
+}

@@ -21,4 +21,6 @@ struct ForwardOnly {
 
 using Model = models::LanguageModel<11, ForwardOnly, layers::RmsNorm<8, float, Space>>;
 
-void train_it(Model& model) { train::Trainer trainer(model, {}); }
+void train_it(Model& model) {
+  train::Trainer trainer(model, {});
+}

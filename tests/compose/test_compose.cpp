@@ -26,7 +26,8 @@ struct ParallelSoftplus {
 };
 struct ParallelRawSoftplus {
   template <class T, class S>
-  using Layer = compose::ParallelBlock<compose::SoftplusMixer<2, false, T, S>, NormedLinear<T, S>, Ffn<FfnShape{6, 10}, T, S>>;
+  using Layer =
+      compose::ParallelBlock<compose::SoftplusMixer<2, false, T, S>, NormedLinear<T, S>, Ffn<FfnShape{6, 10}, T, S>>;
   static constexpr const char* name = "parallel_raw_softplus";
   static constexpr const char* golden = "";
   static constexpr int batch = 2, time = 3;
@@ -88,13 +89,17 @@ using ComposeCases =
 
 HYBRIDSEQ_SPACE_TEST_CASE("composition: finite-difference gradients in double", "[compose][gradcheck]") {
   cases::for_each_case(cases::ComposeCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_gradients<Case, TestType>(1e-6); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_gradients<Case, TestType>(1e-6);
+    }
   });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("composition: save/load round trip", "[compose][io]") {
   cases::for_each_case(cases::ComposeCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_round_trip<Case, TestType>(); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_round_trip<Case, TestType>();
+    }
   });
 }
 
@@ -117,7 +122,8 @@ TEST_CASE("Repeat names blocks by index; DeepNorm constants", "[compose][host]")
   using S = Kokkos::Serial;
   cases::RepeatCase::Layer<float, S> stack(cases::RepeatCase::options<cases::RepeatCase::Layer<float, S>>());
   std::vector<std::string> names;
-  core::for_each_parameter(stack, [&](std::string_view n, auto&) { names.emplace_back(n); }, "blocks");
+  core::for_each_parameter(
+      stack, [&](std::string_view n, auto&) { names.emplace_back(n); }, "blocks");
   REQUIRE(names.size() == 3 * 4);
   REQUIRE(names[0] == "blocks.0.norm.weight");
   REQUIRE(names.back() == "blocks.2.block.bias");

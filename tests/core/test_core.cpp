@@ -2,16 +2,16 @@
 // labels), parameter visitor, describe(), GEMM facade against its naive oracle.
 #include <catch2/catch.hpp>
 
-#include <hybridseq/core.hpp>
-#include <hybridseq/kernels/gemm.hpp>
-#include <hybridseq/kernels/reference/gemm.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <hybridseq/core.hpp>
+#include <hybridseq/kernels/gemm.hpp>
+#include <hybridseq/kernels/reference/gemm.hpp>
 
 #include "support/spaces.hpp"
 
@@ -21,11 +21,9 @@ using Catch::Matchers::Contains;
 TEST_CASE("check_shape names the API and the actual extents", "[core][host]") {
   Tensor<float***, Kokkos::Serial> x("x", 2, 17, 96);
   REQUIRE_NOTHROW(core::check_shape("api", "x", x, core::B, core::T, core::dim(96)));
-  REQUIRE_THROWS_AS(core::check_shape("hybridseq::layers::Linear::forward", "x", x, core::B, core::T,
-                                      core::dim(128)),
+  REQUIRE_THROWS_AS(core::check_shape("hybridseq::layers::Linear::forward", "x", x, core::B, core::T, core::dim(128)),
                     shape_error);
-  REQUIRE_THROWS_WITH(core::check_shape("hybridseq::layers::Linear::forward", "x", x, core::B, core::T,
-                                        core::dim(128)),
+  REQUIRE_THROWS_WITH(core::check_shape("hybridseq::layers::Linear::forward", "x", x, core::B, core::T, core::dim(128)),
                       "hybridseq::layers::Linear::forward: x is (2,17,96), expected (B,T,128)");
 }
 

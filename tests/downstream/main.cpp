@@ -1,9 +1,9 @@
 // Includes the umbrella header of an installed hybridseq, runs a layer forward/backward and
 // checks one value, so a broken install (headers, config, dependencies) fails here.
-#include <hybridseq/hybridseq.hpp>
-
 #include <cmath>
 #include <cstdio>
+
+#include <hybridseq/hybridseq.hpp>
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);

@@ -1,11 +1,11 @@
 // Weights files against a model: missing, extra and mis-shaped tensors are refused clearly.
 #include <catch2/catch.hpp>
 
-#include <hybridseq/io/parameters.hpp>
-#include <hybridseq/layers.hpp>
-
 #include <filesystem>
 #include <vector>
+
+#include <hybridseq/io/parameters.hpp>
+#include <hybridseq/layers.hpp>
 
 using namespace hybridseq;
 using Catch::Matchers::Contains;
@@ -14,7 +14,9 @@ namespace {
 using S = Kokkos::Serial;
 using Ffn = layers::Ffn<layers::FfnShape{4, 6}, float, S>;
 
-std::filesystem::path temp(const char* name) { return std::filesystem::temp_directory_path() / name; }
+std::filesystem::path temp(const char* name) {
+  return std::filesystem::temp_directory_path() / name;
+}
 }  // namespace
 
 TEST_CASE("load_parameters refuses a parameter missing from the file", "[io][host]") {
@@ -27,9 +29,9 @@ TEST_CASE("load_parameters refuses a parameter missing from the file", "[io][hos
   const auto path = temp("hybridseq_missing.safetensors");
   w.write(path);
   REQUIRE_THROWS_AS(io::load_parameters(ffn, path), io_error);
-  REQUIRE_THROWS_WITH(io::load_parameters(ffn, path),
-                      Contains("hybridseq::io::load_parameters") && Contains("has no tensor 'fc2.bias'") &&
-                          Contains("shape (4)"));
+  REQUIRE_THROWS_WITH(io::load_parameters(ffn, path), Contains("hybridseq::io::load_parameters") &&
+                                                          Contains("has no tensor 'fc2.bias'") &&
+                                                          Contains("shape (4)"));
   std::filesystem::remove(path);
 }
 
@@ -42,7 +44,8 @@ TEST_CASE("load_parameters refuses tensors the model does not have, unless allow
   w.add<float>("fc3.weight", extra, {3});
   const auto path = temp("hybridseq_extra.safetensors");
   w.write(path);
-  REQUIRE_THROWS_WITH(io::load_parameters(ffn, path), Contains("has 1 tensor(s) the model does not have: 'fc3.weight'"));
+  REQUIRE_THROWS_WITH(io::load_parameters(ffn, path),
+                      Contains("has 1 tensor(s) the model does not have: 'fc3.weight'"));
   REQUIRE_NOTHROW(io::load_parameters(ffn, path, {.prefix = "", .allow_extra = true}));
   std::filesystem::remove(path);
 }

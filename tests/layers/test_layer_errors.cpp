@@ -1,9 +1,9 @@
 // Bad input to the primitive layers: each error names the API and the actual values.
 #include <catch2/catch.hpp>
 
-#include <hybridseq/layers.hpp>
-
 #include <limits>
+
+#include <hybridseq/layers.hpp>
 
 #include "support/spaces.hpp"
 
@@ -76,6 +76,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("loss with every target ignored is zero and adds no gr
   REQUIRE(head.forward(ws, x, targets, saved) == 0.0);
   head.backward(ws, saved, dx);
   double s = 0;
-  Kokkos::parallel_reduce(Kokkos::RangePolicy<TestType>(0, 24), KOKKOS_LAMBDA(int i, double& acc) { acc += std::abs(dx.data()[i]); }, s);
+  Kokkos::parallel_reduce(
+      Kokkos::RangePolicy<TestType>(0, 24), KOKKOS_LAMBDA(int i, double& acc) { acc += std::abs(dx.data()[i]); }, s);
   REQUIRE(s == 0.0);
 }

@@ -44,27 +44,36 @@ void check_throws(F&& f, const std::vector<std::string>& parts) {
 
 HYBRIDSEQ_SPACE_TEST_CASE("ecp: finite-difference gradients in double, end to end", "[ecp][gradcheck]") {
   cases::for_each_case(cases::EcpFamilyCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_gradients<Case, TestType>(5e-6); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_gradients<Case, TestType>(5e-6);
+    }
   });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("ecp: PyTorch goldens in float (logits, loss, every gradient)", "[ecp][golden]") {
   cases::for_each_case(cases::EcpFamilyCases{}, [&]<class Case>() {
     if constexpr (cases::has_golden<Case>) {
-      DYNAMIC_SECTION(Case::name) { testing::check_golden<Case, TestType>(1e-4, 1e-5); }
+      DYNAMIC_SECTION(Case::name) {
+        testing::check_golden<Case, TestType>(1e-4, 1e-5);
+      }
     }
   });
 }
 
-HYBRIDSEQ_SPACE_TEST_CASE("ecp: decoding (ECP rings, PerceiverAR history + latent window) equals the full forward", "[ecp][decode]") {
+HYBRIDSEQ_SPACE_TEST_CASE("ecp: decoding (ECP rings, PerceiverAR history + latent window) equals the full forward",
+                          "[ecp][decode]") {
   cases::for_each_case(cases::EcpDecodeCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_decode_matches_forward<Case, TestType>({0, 1, 3, 5, 6, 10, 11, 19, 20}); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_decode_matches_forward<Case, TestType>({0, 1, 3, 5, 6, 10, 11, 19, 20});
+    }
   });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("ecp: save/load round trip", "[ecp][io]") {
   cases::for_each_case(cases::EcpFamilyCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_round_trip<Case, TestType>(); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_round_trip<Case, TestType>();
+    }
   });
 }
 
@@ -94,7 +103,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: PerceiverAR generation past M restarts the laten
   // give the full forward's latent logits for the input x[0, (w+1)M).
   using Model = cases::PerceiverArTiny<double, TestType>;
   constexpr int M = Model::latents, V = Model::vocab, B = 2, n = 3 * M;
-  Model model({.body = {.latent_layers = 2}});
+  Model model({.body = {.count = 3}});
   core::initialize(model, 11);
   core::Workspace<TestType> ws;
   std::vector<double> all(std::size_t(B) * n);
@@ -108,7 +117,8 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: PerceiverAR generation past M restarts the laten
     const auto p = testing::to_vector(part);
     for (int b = 0; b < B; ++b)
       for (int j = t0; j < t1; ++j)
-        for (int c = 0; c < V; ++c) got[(std::size_t(b) * n + j) * V + c] = p[(std::size_t(b) * (t1 - t0) + j - t0) * V + c];
+        for (int c = 0; c < V; ++c)
+          got[(std::size_t(b) * n + j) * V + c] = p[(std::size_t(b) * (t1 - t0) + j - t0) * V + c];
   };
   decode(0, 2 * M - 1);  // one prefill across the first window boundary
   const auto snap = model.snapshot(st);
@@ -140,7 +150,8 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: PerceiverAR generation past M restarts the laten
     for (int b = 0; b < B; ++b)
       for (int j = 0; j < M; ++j)
         for (int c = 0; c < V; ++c)
-          worst = std::max(worst, std::abs(got[(std::size_t(b) * n + w * M + j) * V + c] - want[(std::size_t(b) * M + j) * V + c]));
+          worst = std::max(
+              worst, std::abs(got[(std::size_t(b) * n + w * M + j) * V + c] - want[(std::size_t(b) * M + j) * V + c]));
     INFO("window " << w << ": max |decoded - forward| " << worst);
     CHECK(worst <= 1e-10);
   }
@@ -181,7 +192,8 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: lengths the models cannot take fail with the cal
     check_throws<config_error>([&] { m.logits(ws, ids, logits); },
                                {"hybridseq::models::PerceiverAr::logits: ", "T = 3", "latents M = 4"});
     Tensor<std::int32_t**, TestType> ids5("ids", 2, 5), wrong("targets", 2, 4);
-    check_throws<shape_error>([&] { m.evaluate(ws, ids5, wrong); }, {"hybridseq::models::PerceiverAr::evaluate", "targets"});
+    check_throws<shape_error>([&] { m.evaluate(ws, ids5, wrong); },
+                              {"hybridseq::models::PerceiverAr::evaluate", "targets"});
   }
   {
     cases::SSplitAttentionTiny<float, TestType> m;
@@ -248,8 +260,10 @@ void check_latent_loss_and_causality() {
         d_first = std::max(d_first, std::abs(first[k] - ref[k]));
       }
       INFO(Case::name << ": batch " << i << ", latent row " << r);
-      if (r + 1 < m) CHECK(d_last == 0.0);
-      else CHECK(d_last > 0.0);
+      if (r + 1 < m)
+        CHECK(d_last == 0.0);
+      else
+        CHECK(d_last > 0.0);
       CHECK(d_first > 0.0);
     }
 }
@@ -327,8 +341,8 @@ TEST_CASE("ecp: cost model entry counts follow the definitions", "[ecp][cost][ho
   CHECK(big.visited_entries == 1638400);
   CHECK(big.visited_entries < cost::ecp_paper_entries(4096, 256));
   // FLOPs: QKV 3·2nd², scores + PV 4·d·E, output 2nd², FFN 4ndf.
-  CHECK(big.flops == 6LL * 4096 * 256 * 256 + 4LL * 256 * big.visible_entries + 2LL * 4096 * 256 * 256 +
-                         4LL * 4096 * 256 * 1024);
+  CHECK(big.flops ==
+        6LL * 4096 * 256 * 256 + 4LL * 256 * big.visible_entries + 2LL * 4096 * 256 * 256 + 4LL * 4096 * 256 * 1024);
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("ecp: cost model activation bytes equal the workspace after forward", "[ecp][cost]") {

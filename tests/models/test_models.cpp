@@ -4,14 +4,14 @@
 // full forward, the ablation type list, and mixing weights.
 #include <catch2/catch.hpp>
 
-#include <boost/hana/for_each.hpp>
-#include <boost/hana/length.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <boost/hana/for_each.hpp>
+#include <boost/hana/length.hpp>
 
 #include <hybridseq/models.hpp>
 
@@ -37,27 +37,35 @@ HYBRIDSEQ_SPACE_TEST_CASE("models: finite-difference gradients in double, end to
     // 4th-order stencil's step (3e-5 relative) round-off is ~1e-11 absolute, which against
     // the smallest gradient tensors (Mamba's A_log behind two TF layers, |g| ~ 1e-5) is a
     // relative 1–2e-6. Every other tensor checks to ≤ 1e-7.
-    DYNAMIC_SECTION(Case::name) { testing::check_gradients<Case, TestType>(5e-6); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_gradients<Case, TestType>(5e-6);
+    }
   });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("models: PyTorch goldens in float (logits, loss, every gradient)", "[models][golden]") {
   cases::for_each_case(cases::ModelCases{}, [&]<class Case>() {
     if constexpr (cases::has_golden<Case>) {
-      DYNAMIC_SECTION(Case::name) { testing::check_golden<Case, TestType>(1e-4, 1e-5); }
+      DYNAMIC_SECTION(Case::name) {
+        testing::check_golden<Case, TestType>(1e-4, 1e-5);
+      }
     }
   });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("models: decoding equals the full forward", "[models][decode]") {
   cases::for_each_case(cases::ModelCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_decode_matches_forward<Case, TestType>({0, 1, 4, 9}); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_decode_matches_forward<Case, TestType>({0, 1, 4, 9});
+    }
   });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("models: save/load round trip", "[models][io]") {
   cases::for_each_case(cases::ModelCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) { testing::check_round_trip<Case, TestType>(); }
+    DYNAMIC_SECTION(Case::name) {
+      testing::check_round_trip<Case, TestType>();
+    }
   });
 }
 
@@ -149,7 +157,8 @@ void check_attention_options_reach(const char* model_name, bool rope_changes_log
   Tensor<float***, Space> out("out", 1, t - 1, v), step("step", 1, 1, v);
   model.prefill(ws, st, prompt, out);
   model.prefill(ws, st, next, step);  // position 4099: past the default capacity
-  const auto want = testing::to_vector(full), got = testing::to_vector(step), stock_want = testing::to_vector(stock_full);
+  const auto want = testing::to_vector(full), got = testing::to_vector(step),
+             stock_want = testing::to_vector(stock_full);
   double worst = 0, rope_effect = 0;
   for (int c = 0; c < v; ++c) {
     const std::size_t i = std::size_t(t - 1) * v + c;

@@ -29,24 +29,40 @@ using LayerOf = typename Case::template Layer<T, Space>;
 
 /// A whole language model: ids and targets in, mean loss out (models::LanguageModel).
 template <class L>
-concept ModelLayer = requires { L::vocab; typename L::body_type; };
+concept ModelLayer = requires {
+  L::vocab;
+  typename L::body_type;
+};
 template <class L>
-concept EmbeddingLayer = requires { L::vocab; } && !requires { L::d_in; } && !ModelLayer<L>;
+concept EmbeddingLayer = requires {
+  L::vocab;
+}
+&&!requires {
+  L::d_in;
+}
+&&!ModelLayer<L>;
 template <class L>
-concept LossLayer = requires { L::vocab; L::d_in; };
+concept LossLayer = requires {
+  L::vocab;
+  L::d_in;
+};
 
 /// Rows of logits a model produces for t input positions: t, or the model's
 /// `logit_time(t)` (PerceiverAR: only its M latents).
 template <class L>
 std::int64_t logit_rows(std::int64_t t) {
-  if constexpr (requires { L::logit_time(t); }) return L::logit_time(t);
-  else return t;
+  if constexpr (requires { L::logit_time(t); })
+    return L::logit_time(t);
+  else
+    return t;
 }
 
 template <class Case, class L>
 typename L::Options options_of() {
-  if constexpr (requires { Case::template options<L>(); }) return Case::template options<L>();
-  else return typename L::Options{};
+  if constexpr (requires { Case::template options<L>(); })
+    return Case::template options<L>();
+  else
+    return typename L::Options{};
 }
 
 template <class Case, class L>
@@ -86,22 +102,28 @@ struct Harness {
   L layer = make_layer<Case, L>();
   core::Workspace<Space> ws;
   int batch = Case::batch, time = Case::time;
-  Tensor<T***, Space> x, dx, y, dy;          // sequence and loss layers
-  Tensor<std::int32_t**, Space> ids;         // embedding ids, loss targets, model inputs
-  Tensor<std::int32_t**, Space> targets;     // model targets
+  Tensor<T***, Space> x, dx, y, dy;       // sequence and loss layers
+  Tensor<std::int32_t**, Space> ids;      // embedding ids, loss targets, model inputs
+  Tensor<std::int32_t**, Space> targets;  // model targets
 
   static constexpr int d_in() {
-    if constexpr (EmbeddingLayer<L> || ModelLayer<L>) return 0;
-    else return L::d_in;
+    if constexpr (EmbeddingLayer<L> || ModelLayer<L>)
+      return 0;
+    else
+      return L::d_in;
   }
   static constexpr int d_out() {
-    if constexpr (LossLayer<L> || ModelLayer<L>) return 0;
-    else return L::d_out;
+    if constexpr (LossLayer<L> || ModelLayer<L>)
+      return 0;
+    else
+      return L::d_out;
   }
   /// Output rows for t input rows: attention schemes may answer only some queries.
   static std::int64_t out_time(std::int64_t t) {
-    if constexpr (requires { typename L::scheme; }) return L::scheme::query_count(t);
-    else return t;
+    if constexpr (requires { typename L::scheme; })
+      return L::scheme::query_count(t);
+    else
+      return t;
   }
 
   void allocate(int b, int t) {
@@ -186,8 +208,10 @@ struct Harness {
   }
 
   std::vector<double> term_weights() {
-    if constexpr (LossLayer<L> || ModelLayer<L>) return {1.0};
-    else return to_vector(dy);
+    if constexpr (LossLayer<L> || ModelLayer<L>)
+      return {1.0};
+    else
+      return to_vector(dy);
   }
 
   double objective() {
@@ -227,8 +251,10 @@ struct Harness {
   }
 
   void call_forward(typename L::Saved& s) {
-    if constexpr (requires { Case::forward(layer, ws, x, y, s); }) Case::forward(layer, ws, x, y, s);
-    else layer.forward(ws, x, y, s);
+    if constexpr (requires { Case::forward(layer, ws, x, y, s); })
+      Case::forward(layer, ws, x, y, s);
+    else
+      layer.forward(ws, x, y, s);
   }
 
   static double dot(const Tensor<T***, Space>& a, const Tensor<T***, Space>& b) {
@@ -271,9 +297,8 @@ double gradient_error(H& h, const View& values, const std::vector<double>& analy
     // With the larger scalar-loss step, the fourth-order stencil (8·D(h) − D(2h)) / 12h keeps
     // the truncation error O(h⁴): deep models with oscillating modes (GSS's e^{iΛℓ}) have
     // third derivatives large enough to show through the plain O(h²) one.
-    const double numeric = weights.size() == 1
-                               ? (8 * central(i, orig, eps) - central(i, orig, 2 * eps)) / (12 * eps)
-                               : central(i, orig, eps) / (2 * eps);
+    const double numeric = weights.size() == 1 ? (8 * central(i, orig, eps) - central(i, orig, 2 * eps)) / (12 * eps)
+                                               : central(i, orig, eps) / (2 * eps);
     pairs.emplace_back(analytic[i], numeric);
     scale = std::max({scale, std::abs(analytic[i]), std::abs(numeric)});
   }
@@ -297,9 +322,8 @@ void check_gradients(double tolerance = 1e-6) {
     worst = std::max(worst, e);
   }
   std::vector<std::pair<std::string, std::vector<double>>> grads;
-  core::for_each_parameter(h.layer, [&](std::string_view name, auto& p) {
-    grads.emplace_back(std::string(name), to_vector(p.grad()));
-  });
+  core::for_each_parameter(
+      h.layer, [&](std::string_view name, auto& p) { grads.emplace_back(std::string(name), to_vector(p.grad())); });
   std::size_t k = 0;
   core::for_each_parameter(h.layer, [&](std::string_view name, auto& p) {
     const double e = gradient_error(h, p.value(), grads[k++].second);
@@ -339,9 +363,12 @@ void check_golden(double rtol = 1e-5, double atol = 1e-6) {
   } else {
     from_vector(h.x, file.read<double>("input"));
   }
-  if constexpr (LossLayer<L>) from_vector(h.ids, file.read<std::int64_t>("targets"));
-  else if constexpr (ModelLayer<L>) from_vector(h.targets, file.read<std::int64_t>("targets"));
-  else from_vector(h.dy, file.read<double>("grad_output"));
+  if constexpr (LossLayer<L>)
+    from_vector(h.ids, file.read<std::int64_t>("targets"));
+  else if constexpr (ModelLayer<L>)
+    from_vector(h.targets, file.read<std::int64_t>("targets"));
+  else
+    from_vector(h.dy, file.read<double>("grad_output"));
 
   const double obj = h.analytic();
   double worst_abs = 0, worst = 0;
@@ -361,7 +388,8 @@ void check_golden(double rtol = 1e-5, double atol = 1e-6) {
   } else {
     compare("output", to_vector(h.y), file.read<double>("output"));
   }
-  if constexpr (!EmbeddingLayer<L> && !ModelLayer<L>) compare("grad_input", to_vector(h.dx), file.read<double>("grad_input"));
+  if constexpr (!EmbeddingLayer<L> && !ModelLayer<L>)
+    compare("grad_input", to_vector(h.dx), file.read<double>("grad_input"));
   core::for_each_parameter(h.layer, [&](std::string_view name, auto& p) {
     compare(("grads/" + std::string(name)).c_str(), to_vector(p.grad()),
             file.read<double>("grads/" + std::string(name)));

@@ -23,10 +23,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
+using hybridseq::tasks::Batch;
 using hybridseq::tasks::ByteCorpus;
 using hybridseq::tasks::ByteCorpusOptions;
 using hybridseq::tasks::Split;
-using hybridseq::tasks::Batch;
 
 constexpr std::int32_t kIgnore = hybridseq::tasks::null_target;
 

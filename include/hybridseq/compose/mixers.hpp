@@ -22,7 +22,8 @@ namespace hybridseq::compose {
 
 namespace detail {
 template <class T, class Space, int N>
-void weighted_sum(const std::array<Tensor<T***, Space>, N>& h, const std::array<T, N>& w, const Tensor<T***, Space>& y) {
+void weighted_sum(const std::array<Tensor<T***, Space>, N>& h, const std::array<T, N>& w,
+                  const Tensor<T***, Space>& y) {
   const auto fy = core::flat(y);
   std::array<decltype(core::flat(h[0])), N> fh;
   for (int b = 0; b < N; ++b) fh[b] = core::flat(h[b]);
@@ -54,8 +55,12 @@ void axpy(T w, const Tensor<const T***, Space>& dy, const Tensor<T***, Space>& d
       KOKKOS_LAMBDA(std::int64_t i) { fh(i) += w * fd(i); });
 }
 
-inline double softplus(double p) { return p > 20 ? p : std::log1p(std::exp(p)); }
-inline double sigmoid(double p) { return 1 / (1 + std::exp(-p)); }
+inline double softplus(double p) {
+  return p > 20 ? p : std::log1p(std::exp(p));
+}
+inline double sigmoid(double p) {
+  return 1 / (1 + std::exp(-p));
+}
 }  // namespace detail
 
 /// Learnable softplus mixing: one scalar per branch.

@@ -31,8 +31,10 @@ struct Named : Layer {
 /// The parameter-path name of child `index` of type L: its Name, or its position.
 template <class L>
 std::string child_name(std::size_t index) {
-  if constexpr (requires { L::child_name; }) return std::string(L::child_name);
-  else return std::to_string(index);
+  if constexpr (requires { L::child_name; })
+    return std::string(L::child_name);
+  else
+    return std::to_string(index);
 }
 
 }  // namespace hybridseq::compose

@@ -105,23 +105,19 @@ class ParallelBlock {
     std::array<Tensor<T***, Space>, N> dh;
     for (auto& d : dh) d = ws.template allocate_zeroed<T***>("parallel_block.dh", dy.extent(0), dy.extent(1), d_out);
     mixer_.backward(s.mix, dy, dh);
-    core::for_each_indexed(branches_, [&](auto& branch, auto i) { branch.backward(ws, core::get<i>(s.branch), dh[i], dx); });
+    core::for_each_indexed(branches_,
+                           [&](auto& branch, auto i) { branch.backward(ws, core::get<i>(s.branch), dh[i], dx); });
   }
 
   // ---- decoding: available when every branch decodes; one state per branch ----
   static constexpr bool decodable = (core::DecodableBranch<Branches> && ...);
   using State = core::states_t<Branches...>;
 
-  State make_state(int batch) const
-    requires decodable
-  {
-    return core::make_states(branches_, batch);
-  }
+  State make_state(int batch) const requires decodable { return core::make_states(branches_, batch); }
 
   /// Continues every branch from its state on x (B, T, D) and mixes: y (B, T, D).
-  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
-    requires decodable
-  {
+  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x,
+               Tensor<T***, Space> y) const requires decodable {
     core::WorkspaceScope scope(ws);
     std::array<Tensor<T***, Space>, N> h;
     core::for_each_indexed(branches_, [&](const auto& branch, auto i) {
@@ -131,22 +127,13 @@ class ParallelBlock {
     typename Mixer::Saved unused;
     mixer_.forward(h, y, unused);
   }
-  State snapshot(const State& st) const
-    requires decodable
-  {
-    return core::snapshot_states(branches_, st);
-  }
-  void restore(State& st, const State& snap) const
-    requires decodable
-  {
-    core::restore_states(branches_, st, snap);
-  }
+  State snapshot(const State& st) const requires decodable { return core::snapshot_states(branches_, st); }
+  void restore(State& st, const State& snap) const requires decodable { core::restore_states(branches_, st, snap); }
 
   template <class Visit>
   void visit_parameters(Visit&& visit) {
-    core::for_each_indexed(branches_, [&](auto& branch, auto i) {
-      visit(child_name<std::remove_cvref_t<decltype(branch)>>(i), branch);
-    });
+    core::for_each_indexed(
+        branches_, [&](auto& branch, auto i) { visit(child_name<std::remove_cvref_t<decltype(branch)>>(i), branch); });
     visit("mixer", mixer_);
   }
 

@@ -82,16 +82,13 @@ class Repeat {
     std::vector<core::state_t<Block>> block;
   };
 
-  State make_state(int batch) const
-    requires decodable
-  {
+  State make_state(int batch) const requires decodable {
     State st;
     for (const auto& b : blocks_) st.block.push_back(core::make_state(b, batch));
     return st;
   }
-  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
-    requires decodable
-  {
+  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x,
+               Tensor<T***, Space> y) const requires decodable {
     core::WorkspaceScope scope(ws);
     Tensor<const T***, Space> in = x;
     for (int i = 0; i < size(); ++i) {
@@ -100,16 +97,12 @@ class Repeat {
       in = out;
     }
   }
-  State snapshot(const State& st) const
-    requires decodable
-  {
+  State snapshot(const State& st) const requires decodable {
     State out;
     for (int i = 0; i < size(); ++i) out.block.push_back(core::snapshot(blocks_[i], st.block[i]));
     return out;
   }
-  void restore(State& st, const State& snap) const
-    requires decodable
-  {
+  void restore(State& st, const State& snap) const requires decodable {
     for (int i = 0; i < size(); ++i) core::restore(blocks_[i], st.block[i], snap.block[i]);
   }
 

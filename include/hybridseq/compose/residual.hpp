@@ -2,7 +2,8 @@
 /// \file
 /// Residual connections around a block f of width D.
 ///
-///   PreNormResidual<f, Norm>:  y = α·x + f(Norm(x)), α = 1 by default (GPT-2/Llama pre-norm; Mamba "x + Mixer(RMSNorm(x))";
+///   PreNormResidual<f, Norm>:  y = α·x + f(Norm(x)), α = 1 by default (GPT-2/Llama pre-norm; Mamba "x +
+///   Mixer(RMSNorm(x))";
 ///                              α > 1 is PHA's "pre-norm with DeepNorm-scaled residual" reading)
 ///   DeepNorm<f, Norm>:         y = Norm(α·x + f(x)),  α = (2L)^{1/4}   (Wang et al. 2022, post-norm)
 ///
@@ -21,8 +22,12 @@
 
 namespace hybridseq::compose {
 
-inline double deepnorm_alpha(int layers) { return std::pow(2.0 * layers, 0.25); }
-inline double deepnorm_beta(int layers) { return std::pow(8.0 * layers, -0.25); }
+inline double deepnorm_alpha(int layers) {
+  return std::pow(2.0 * layers, 0.25);
+}
+inline double deepnorm_beta(int layers) {
+  return std::pow(8.0 * layers, -0.25);
+}
 
 namespace detail {
 template <class T, class Space>
@@ -37,7 +42,8 @@ void add_scaled(Tensor<T***, Space> y, T a, Tensor<const T***, Space> x) {  // y
 template <class Block, class Norm>
 constexpr bool residual_compatible() {
   static_assert(core::Branch<Block> && core::Branch<Norm>, "hybridseq::compose: residual parts must be Branches");
-  static_assert(Block::d_in == Block::d_out, "hybridseq::compose: a residual block must keep its width (d_in == d_out)");
+  static_assert(Block::d_in == Block::d_out,
+                "hybridseq::compose: a residual block must keep its width (d_in == d_out)");
   static_assert(Norm::d_in == Block::d_in && Norm::d_out == Block::d_in,
                 "hybridseq::compose: the residual's norm must have the block's width");
   static_assert(std::is_same_v<typename Block::scalar_type, typename Norm::scalar_type> &&
@@ -73,21 +79,9 @@ class ResidualParts {
   static constexpr bool decodable = core::DecodableBranch<Block> && core::DecodableBranch<Norm>;
   using State = core::state_t<Block>;
 
-  State make_state(int batch) const
-    requires decodable
-  {
-    return core::make_state(block_, batch);
-  }
-  State snapshot(const State& st) const
-    requires decodable
-  {
-    return core::snapshot(block_, st);
-  }
-  void restore(State& st, const State& snap) const
-    requires decodable
-  {
-    core::restore(block_, st, snap);
-  }
+  State make_state(int batch) const requires decodable { return core::make_state(block_, batch); }
+  State snapshot(const State& st) const requires decodable { return core::snapshot(block_, st); }
+  void restore(State& st, const State& snap) const requires decodable { core::restore(block_, st, snap); }
 
   Block& block() { return block_; }
   const Block& block() const { return block_; }
@@ -152,9 +146,8 @@ class PreNormResidual : public detail::ResidualParts<Block, Norm> {
     detail::add_scaled<T, Space>(dx, T(alpha_), dy);
   }
 
-  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
-    requires decodable
-  {
+  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x,
+               Tensor<T***, Space> y) const requires decodable {
     core::WorkspaceScope scope(ws);
     auto normed = ws.template allocate<T***>("residual.normed", x.extent(0), x.extent(1), d_in);
     core::NoState none;
@@ -209,9 +202,8 @@ class DeepNorm : public detail::ResidualParts<Block, Norm> {
     detail::add_scaled<T, Space>(dx, T(alpha_), dz);
   }
 
-  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
-    requires decodable
-  {
+  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x,
+               Tensor<T***, Space> y) const requires decodable {
     core::WorkspaceScope scope(ws);
     auto z = ws.template allocate<T***>("deepnorm.z", x.extent(0), x.extent(1), d_in);
     core::prefill(block_, ws, st, x, z);

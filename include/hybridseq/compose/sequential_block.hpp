@@ -76,8 +76,10 @@ class SequentialBlock {
     Tensor<const T***, Space> in = x;
     core::for_each_indexed(layers_, [&](const auto& layer, auto i) {
       using L = std::remove_cvref_t<decltype(layer)>;
-      if constexpr (i() + 1 == N) s.out[i] = y;
-      else s.out[i] = ws.template allocate<T***>("sequential_block.out", x.extent(0), x.extent(1), L::d_out);
+      if constexpr (i() + 1 == N)
+        s.out[i] = y;
+      else
+        s.out[i] = ws.template allocate<T***>("sequential_block.out", x.extent(0), x.extent(1), L::d_out);
       layer.forward(ws, in, s.out[i], core::get<i>(s.layer));
       in = s.out[i];
     });
@@ -93,40 +95,27 @@ class SequentialBlock {
   static constexpr bool decodable = (core::DecodableBranch<Layers> && ...);
   using State = core::states_t<Layers...>;
 
-  State make_state(int batch) const
-    requires decodable
-  {
-    return core::make_states(layers_, batch);
-  }
-  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const
-    requires decodable
-  {
+  State make_state(int batch) const requires decodable { return core::make_states(layers_, batch); }
+  void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x,
+               Tensor<T***, Space> y) const requires decodable {
     core::WorkspaceScope scope(ws);
     Tensor<const T***, Space> in = x;
     core::for_each_indexed(layers_, [&](const auto& layer, auto i) {
       using L = std::remove_cvref_t<decltype(layer)>;
       Tensor<T***, Space> out = y;
-      if constexpr (i() + 1 < N) out = ws.template allocate<T***>("sequential_block.out", x.extent(0), x.extent(1), L::d_out);
+      if constexpr (i() + 1 < N)
+        out = ws.template allocate<T***>("sequential_block.out", x.extent(0), x.extent(1), L::d_out);
       core::prefill(layer, ws, core::get<i>(st), in, out);
       in = out;
     });
   }
-  State snapshot(const State& st) const
-    requires decodable
-  {
-    return core::snapshot_states(layers_, st);
-  }
-  void restore(State& st, const State& snap) const
-    requires decodable
-  {
-    core::restore_states(layers_, st, snap);
-  }
+  State snapshot(const State& st) const requires decodable { return core::snapshot_states(layers_, st); }
+  void restore(State& st, const State& snap) const requires decodable { core::restore_states(layers_, st, snap); }
 
   template <class Visit>
   void visit_parameters(Visit&& visit) {
-    core::for_each_indexed(layers_, [&](auto& layer, auto i) {
-      visit(child_name<std::remove_cvref_t<decltype(layer)>>(i), layer);
-    });
+    core::for_each_indexed(
+        layers_, [&](auto& layer, auto i) { visit(child_name<std::remove_cvref_t<decltype(layer)>>(i), layer); });
   }
 
   template <std::size_t I>
@@ -140,13 +129,15 @@ class SequentialBlock {
 
  private:
   template <int I>
-  void backward_from(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> grad, Tensor<T***, Space> dx) {
+  void backward_from(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> grad,
+                     Tensor<T***, Space> dx) {
     auto& layer = core::get<I>(layers_);
     if constexpr (I == 0) {
       layer.backward(ws, core::get<0>(s.layer), grad, dx);
     } else {
       using L = std::remove_cvref_t<decltype(layer)>;
-      auto d_in_grad = ws.template allocate_zeroed<T***>("sequential_block.grad", grad.extent(0), grad.extent(1), L::d_in);
+      auto d_in_grad =
+          ws.template allocate_zeroed<T***>("sequential_block.grad", grad.extent(0), grad.extent(1), L::d_in);
       layer.backward(ws, core::get<I>(s.layer), grad, d_in_grad);
       backward_from<I - 1>(ws, s, d_in_grad, dx);
     }

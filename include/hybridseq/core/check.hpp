@@ -26,7 +26,9 @@ struct Dim {
 /// `B`, `T`: extents that only need to agree with another tensor's, checked separately.
 inline constexpr Dim B{any, 'B'};
 inline constexpr Dim T{any, 'T'};
-constexpr Dim dim(std::int64_t v) { return Dim{v, 0}; }
+constexpr Dim dim(std::int64_t v) {
+  return Dim{v, 0};
+}
 
 namespace detail {
 template <class View>
@@ -60,20 +62,19 @@ void check_shape(std::string_view api, std::string_view name, const View& v, Dim
   const std::array<Dim, sizeof...(Dims)> expected{Dim(dims)...};
   for (std::size_t r = 0; r < expected.size(); ++r) {
     if (expected[r].value != any && static_cast<std::int64_t>(v.extent(r)) != expected[r].value)
-      fail<shape_error>(api, name, " is ", detail::extents_of(v), ", expected ",
-                        detail::expected_of(expected));
+      fail<shape_error>(api, name, " is ", detail::extents_of(v), ", expected ", detail::expected_of(expected));
   }
 }
 
 /// Checks that two tensors have identical extents (e.g. y and dy).
 template <class ViewA, class ViewB>
-void check_same_shape(std::string_view api, std::string_view name_a, const ViewA& a,
-                      std::string_view name_b, const ViewB& b) {
+void check_same_shape(std::string_view api, std::string_view name_a, const ViewA& a, std::string_view name_b,
+                      const ViewB& b) {
   bool same = unsigned(ViewA::rank) == unsigned(ViewB::rank);
   for (unsigned r = 0; same && r < ViewA::rank; ++r) same = a.extent(r) == b.extent(r);
   if (!same)
-    fail<shape_error>(api, name_a, " is ", detail::extents_of(a), " but ", name_b, " is ",
-                      detail::extents_of(b), "; they must match");
+    fail<shape_error>(api, name_a, " is ", detail::extents_of(a), " but ", name_b, " is ", detail::extents_of(b),
+                      "; they must match");
 }
 
 /// Throws value_error naming the first non-finite element of `v` (flat index and value).
@@ -94,8 +95,7 @@ void check_finite(std::string_view api, std::string_view name, const View& v) {
     typename View::non_const_value_type bad{};
     Kokkos::deep_copy(Kokkos::View<typename View::non_const_value_type, Kokkos::HostSpace>(&bad),
                       Kokkos::subview(flat, first));
-    fail<value_error>(api, name, " ", detail::extents_of(v), " has a non-finite value ", bad,
-                      " at flat index ", first);
+    fail<value_error>(api, name, " ", detail::extents_of(v), " has a non-finite value ", bad, " at flat index ", first);
   }
 }
 

@@ -34,7 +34,8 @@ template <class L>
 concept Module = requires {
   typename L::scalar_type;
   typename L::execution_space;
-} && Scalar<typename L::scalar_type> && ExecutionSpace<typename L::execution_space>;
+}
+&&Scalar<typename L::scalar_type>&& ExecutionSpace<typename L::execution_space>;
 
 template <class L>
 concept HasWidths = requires {
@@ -44,11 +45,15 @@ concept HasWidths = requires {
 
 template <class L>
 concept HasForward = requires(const L& l, detail::Ws<L>& ws, detail::In<L> x, detail::Out<L> y,
-                              typename L::Saved& saved) { l.forward(ws, x, y, saved); };
+                              typename L::Saved& saved) {
+  l.forward(ws, x, y, saved);
+};
 
 template <class L>
-concept HasBackward = requires(L& l, detail::Ws<L>& ws, const typename L::Saved& saved,
-                               detail::In<L> dy, detail::Out<L> dx) { l.backward(ws, saved, dy, dx); };
+concept HasBackward = requires(L& l, detail::Ws<L>& ws, const typename L::Saved& saved, detail::In<L> dy,
+                               detail::Out<L> dx) {
+  l.backward(ws, saved, dy, dx);
+};
 
 /// Carries a per-sequence decoding state: `make_state(batch)`, `prefill` (any T, continuing
 /// from the state; T = 1 is one decoding step), `snapshot` and `restore`.
@@ -65,8 +70,10 @@ concept Stateful = requires(const L& l, detail::Ws<L>& ws, typename L::State& st
 /// A one-token path beside prefill, where a layer really has a faster one (Mamba's and GSS's
 /// recurrent update); core::prefill takes it for T = 1.
 template <class L>
-concept HasStepPath = Stateful<L> && requires(const L& l, detail::Ws<L>& ws, typename L::State& state,
-                                              detail::In<L> x, detail::Out<L> y) { l.step(ws, state, x, y); };
+concept HasStepPath = Stateful<L> &&
+    requires(const L& l, detail::Ws<L>& ws, typename L::State& state, detail::In<L> x, detail::Out<L> y) {
+  l.step(ws, state, x, y);
+};
 
 /// Position-wise layers (norms, linear maps, FFNs) carry no state across time: decoding
 /// them is their forward on the new tokens. They say so with `position_wise = true`.
@@ -77,7 +84,9 @@ concept PositionWise = requires {
 
 /// A sequence layer (B, T, d_in) → (B, T, d_out) with a forward pass.
 template <class L>
-concept Branch = Module<L> && HasWidths<L> && requires { typename L::Saved; } && HasForward<L>;
+concept Branch = Module<L> && HasWidths<L> && requires {
+  typename L::Saved;
+} && HasForward<L>;
 
 /// A branch that can be trained: backward and visitable parameters.
 template <class L>
@@ -86,7 +95,7 @@ concept TrainableBranch = Branch<L> && HasBackward<L> && HasParameters<L>;
 /// A branch that can decode token by token: it carries a per-sequence `State` (Stateful), or
 /// it is position-wise and needs none.
 template <class L>
-concept DecodableBranch = Branch<L> && (Stateful<L> || PositionWise<L>);
+concept DecodableBranch = Branch<L> &&(Stateful<L> || PositionWise<L>);
 
 /// Combines `arity` branch outputs of width `d` into one (B, T, d) tensor, with backward.
 template <class M>
@@ -102,24 +111,25 @@ consteval bool require_trainable_branch() {
                 "hybridseq: a branch must declare `scalar_type` (float or double) and "
                 "`execution_space` (a Kokkos execution space)");
   static_assert(HasWidths<L>, "hybridseq: a branch must declare `static constexpr int d_in, d_out`");
-  static_assert(requires { typename L::Saved; },
-                "hybridseq: a branch must declare a `Saved` struct that forward fills for backward");
+  static_assert(
+      requires { typename L::Saved; },
+      "hybridseq: a branch must declare a `Saved` struct that forward fills for backward");
   static_assert(HasForward<L>,
                 "hybridseq: a branch must have `forward(Workspace&, x (B,T,d_in), y (B,T,d_out), "
                 "Saved&) const`");
   static_assert(HasBackward<L>,
                 "hybridseq: this branch has no backward(Workspace&, const Saved&, dy, dx), so it "
                 "cannot be trained");
-  static_assert(HasParameters<L>,
-                "hybridseq: a trainable branch must list its parameters in visit_parameters()");
+  static_assert(HasParameters<L>, "hybridseq: a trainable branch must list its parameters in visit_parameters()");
   return true;
 }
 
 /// Boundary check for anything that will be decoded (decode sessions).
 template <class L>
 consteval bool require_decodable_branch() {
-  static_assert(Branch<L>, "hybridseq: decoding needs a Branch (scalar_type, execution_space, "
-                           "d_in/d_out, Saved, forward)");
+  static_assert(Branch<L>,
+                "hybridseq: decoding needs a Branch (scalar_type, execution_space, "
+                "d_in/d_out, Saved, forward)");
   static_assert(Stateful<L> || PositionWise<L>,
                 "hybridseq: this branch has no make_state(batch), prefill(Workspace&, State&, x, y), "
                 "snapshot and restore, and is not position-wise, so it cannot be decoded token by token");

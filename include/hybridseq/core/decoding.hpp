@@ -40,8 +40,10 @@ using state_t = typename detail::state_of<L>::type;
 
 template <DecodableBranch L>
 state_t<L> make_state(const L& layer, int batch) {
-  if constexpr (Stateful<L>) return layer.make_state(batch);
-  else return NoState{};
+  if constexpr (Stateful<L>)
+    return layer.make_state(batch);
+  else
+    return NoState{};
 }
 
 /// Consumes x (B, T, d_in) from the state and writes y (B, T, d_out): equal, up to rounding,
@@ -51,8 +53,10 @@ void prefill(const L& layer, Workspace<typename L::execution_space>& ws, state_t
              Tensor<const typename L::scalar_type***, typename L::execution_space> x,
              Tensor<typename L::scalar_type***, typename L::execution_space> y) {
   if constexpr (HasStepPath<L>) {
-    if (x.extent(1) == 1) layer.step(ws, state, x, y);
-    else layer.prefill(ws, state, x, y);
+    if (x.extent(1) == 1)
+      layer.step(ws, state, x, y);
+    else
+      layer.prefill(ws, state, x, y);
   } else if constexpr (Stateful<L>) {
     layer.prefill(ws, state, x, y);
   } else {
@@ -65,8 +69,10 @@ void prefill(const L& layer, Workspace<typename L::execution_space>& ws, state_t
 /// An independent deep copy of a state.
 template <DecodableBranch L>
 state_t<L> snapshot(const L& layer, const state_t<L>& state) {
-  if constexpr (Stateful<L>) return layer.snapshot(state);
-  else return NoState{};
+  if constexpr (Stateful<L>)
+    return layer.snapshot(state);
+  else
+    return NoState{};
 }
 
 /// Overwrites `state` with `snap` (same batch).

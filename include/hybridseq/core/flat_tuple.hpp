@@ -56,7 +56,8 @@ template <class... Ts, class Make>
 constexpr FlatTuple<Ts...> generate_flat_tuple(Make&& make) {
   return [&]<std::size_t... I>(std::index_sequence<I...>) {
     return FlatTuple<Ts...>{{detail::Leaf<I, Ts>{make(std::integral_constant<std::size_t, I>{})}...}};
-  }(std::index_sequence_for<Ts...>{});
+  }
+  (std::index_sequence_for<Ts...>{});
 }
 
 /// The I-th element type.
@@ -68,7 +69,8 @@ template <class Tuple, class F>
 constexpr void for_each_indexed(Tuple& t, F&& f) {
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     (f(get<I>(t), std::integral_constant<std::size_t, I>{}), ...);
-  }(std::make_index_sequence<std::remove_const_t<Tuple>::size>{});
+  }
+  (std::make_index_sequence<std::remove_const_t<Tuple>::size>{});
 }
 
 /// Calls `f(element)` for each element, in order.

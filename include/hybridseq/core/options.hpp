@@ -29,7 +29,9 @@ struct options_of {
   using type = NoOptions;
 };
 template <class L>
-  requires requires { typename L::Options; }
+requires requires {
+  typename L::Options;
+}
 struct options_of<L> {
   using type = typename L::Options;
 };
@@ -42,8 +44,10 @@ using options_t = typename detail::options_of<L>::type;
 /// A layer built from its options (default-built when it takes none).
 template <class L>
 L construct(const options_t<L>& options) {
-  if constexpr (std::constructible_from<L, const options_t<L>&>) return L(options);
-  else return L();
+  if constexpr (std::constructible_from<L, const options_t<L>&>)
+    return L(options);
+  else
+    return L();
 }
 
 /// Calls `f(o)` for every `Target` in the options tree below `options` (itself included),

@@ -30,7 +30,9 @@ namespace hybridseq::core {
 enum class Role { weight, bias, norm_gain, embedding, scalar };
 
 /// Weight decay applies to matrices only: not to norms, biases, embeddings or scalars.
-constexpr bool decays(Role r) { return r == Role::weight; }
+constexpr bool decays(Role r) {
+  return r == Role::weight;
+}
 
 /// A trainable tensor of rank ≤ 4 with its gradient, stored flat; layers view it shaped.
 template <Scalar T, ExecutionSpace Space>
@@ -40,8 +42,7 @@ class Parameter {
   using execution_space = Space;
   static constexpr int max_rank = 4;
 
-  Parameter(std::initializer_list<std::int64_t> shape, Role role, Init init)
-      : role_(role), init_(init) {
+  Parameter(std::initializer_list<std::int64_t> shape, Role role, Init init) : role_(role), init_(init) {
     if (shape.size() > max_rank)
       fail<shape_error>("hybridseq::core::Parameter", "rank ", shape.size(), " exceeds ", max_rank);
     std::size_t n = 1;
@@ -83,10 +84,14 @@ class Parameter {
     if (static_cast<int>(V::rank) != rank_)
       fail<shape_error>("hybridseq::core::Parameter::shaped", "requested rank ", V::rank,
                         " but the parameter has rank ", rank_);
-    if constexpr (V::rank == 1) return V(flat.data(), shape_[0]);
-    else if constexpr (V::rank == 2) return V(flat.data(), shape_[0], shape_[1]);
-    else if constexpr (V::rank == 3) return V(flat.data(), shape_[0], shape_[1], shape_[2]);
-    else return V(flat.data(), shape_[0], shape_[1], shape_[2], shape_[3]);
+    if constexpr (V::rank == 1)
+      return V(flat.data(), shape_[0]);
+    else if constexpr (V::rank == 2)
+      return V(flat.data(), shape_[0], shape_[1]);
+    else if constexpr (V::rank == 3)
+      return V(flat.data(), shape_[0], shape_[1], shape_[2]);
+    else
+      return V(flat.data(), shape_[0], shape_[1], shape_[2], shape_[3]);
   }
 
   Tensor<T*, Space> value_, grad_;  // (numel)

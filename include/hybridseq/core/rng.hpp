@@ -55,7 +55,15 @@ struct CounterRng {
 /// How a parameter is initialised. Set by the layer that owns the parameter, from its
 /// runtime options; applied by `initialize` through the parameter visitor.
 struct Init {
-  enum class Kind { zeros, ones, constant, normal, uniform, log_index, inverse_softplus_log_uniform } kind = Kind::zeros;
+  enum class Kind {
+    zeros,
+    ones,
+    constant,
+    normal,
+    uniform,
+    log_index,
+    inverse_softplus_log_uniform
+  } kind = Kind::zeros;
   double a = 0;  // normal: mean; uniform: low; constant: value; log_index: period; inv. softplus: low
   double b = 0;  // normal: std;  uniform: high; inv. softplus: high
   double c = 0;  // inverse_softplus_log_uniform: floor
@@ -67,9 +75,7 @@ struct Init {
   static constexpr Init uniform(double lo, double hi) { return {Kind::uniform, lo, hi}; }
   /// Element i is log(1 + (i mod period)): S4D-real / Mamba's A_log, whose row d is
   /// log(1..N) so that A = −exp(A_log) = −(1..N) (Gu et al. 2022, Mamba `A_log` init).
-  static constexpr Init log_index(std::int64_t period) {
-    return {Kind::log_index, static_cast<double>(period), 0};
-  }
+  static constexpr Init log_index(std::int64_t period) { return {Kind::log_index, static_cast<double>(period), 0}; }
   /// Element i is softplus⁻¹(dt), dt = max(floor, exp(U(log lo, log hi))): Mamba's dt_proj.bias,
   /// which makes softplus(bias) start log-uniform in [lo, hi] (Gu & Dao 2023, `dt_init`).
   static constexpr Init inverse_softplus_log_uniform(double lo, double hi, double floor) {
@@ -87,11 +93,21 @@ struct FillInit {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
     double v = 0;
     switch (init.kind) {
-      case Init::Kind::zeros: v = 0; break;
-      case Init::Kind::ones: v = 1; break;
-      case Init::Kind::constant: v = init.a; break;
-      case Init::Kind::normal: v = init.a + init.b * rng.normal(i); break;
-      case Init::Kind::uniform: v = init.a + (init.b - init.a) * rng.uniform(i); break;
+      case Init::Kind::zeros:
+        v = 0;
+        break;
+      case Init::Kind::ones:
+        v = 1;
+        break;
+      case Init::Kind::constant:
+        v = init.a;
+        break;
+      case Init::Kind::normal:
+        v = init.a + init.b * rng.normal(i);
+        break;
+      case Init::Kind::uniform:
+        v = init.a + (init.b - init.a) * rng.uniform(i);
+        break;
       case Init::Kind::log_index: {
         const auto period = static_cast<std::int64_t>(init.a);
         v = math::log(1.0 + static_cast<double>(period > 0 ? i % period : i));

@@ -62,8 +62,8 @@ auto as_matrix(const View& v) {
   static_assert(View::rank >= 2, "hybridseq::core::as_matrix: needs a view of rank >= 2");
   const std::size_t cols = v.extent(View::rank - 1);
   const std::size_t rows = cols == 0 ? 0 : v.span() / cols;
-  return Kokkos::View<value_type**, Kokkos::LayoutRight, memory_space,
-                      Kokkos::MemoryTraits<Kokkos::Unmanaged>>(v.data(), rows, cols);
+  return Kokkos::View<value_type**, Kokkos::LayoutRight, memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+      v.data(), rows, cols);
 }
 
 /// A flat (numel) view over any contiguous tensor.

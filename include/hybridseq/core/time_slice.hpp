@@ -29,7 +29,7 @@ void copy_time(Tensor<const T***, Space> from, std::int64_t from_t0, Tensor<T***
 /// `boundary()`. Outputs land in y (B, T, D).
 template <class T, class Space, class Boundary, class Chunk>
 void for_each_segment_piece(Workspace<Space>& ws, std::int64_t length, std::int64_t m, Tensor<const T***, Space> x,
-                Tensor<T***, Space> y, Boundary&& boundary, Chunk&& chunk) {
+                            Tensor<T***, Space> y, Boundary&& boundary, Chunk&& chunk) {
   const std::int64_t b = x.extent(0), t = x.extent(1), d = x.extent(2), dy = y.extent(2);
   for (std::int64_t done = 0; done < t;) {
     const std::int64_t p = length + done;

@@ -64,8 +64,8 @@ class Workspace {
 
   void release(const Mark& m) {
     if (m.chunk > current_ || (m.chunk == current_ && m.offset > offset_))
-      fail<error>("hybridseq::core::Workspace::release", "mark (chunk ", m.chunk, ", offset ",
-                  m.offset, ") is ahead of the arena (chunk ", current_, ", offset ", offset_, ")");
+      fail<error>("hybridseq::core::Workspace::release", "mark (chunk ", m.chunk, ", offset ", m.offset,
+                  ") is ahead of the arena (chunk ", current_, ", offset ", offset_, ")");
     current_ = m.chunk;
     offset_ = m.offset;
     in_use_ = m.in_use;

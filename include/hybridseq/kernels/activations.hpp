@@ -15,11 +15,16 @@ enum class Activation { identity, gelu, gelu_tanh, silu, softplus };
 
 constexpr const char* name_of(Activation a) {
   switch (a) {
-    case Activation::identity: return "identity";
-    case Activation::gelu: return "gelu";
-    case Activation::gelu_tanh: return "gelu_tanh";
-    case Activation::silu: return "silu";
-    case Activation::softplus: return "softplus";
+    case Activation::identity:
+      return "identity";
+    case Activation::gelu:
+      return "gelu";
+    case Activation::gelu_tanh:
+      return "gelu_tanh";
+    case Activation::silu:
+      return "silu";
+    case Activation::softplus:
+      return "softplus";
   }
   return "?";
 }
@@ -31,9 +36,13 @@ struct ActivationFn;
 template <>
 struct ActivationFn<Activation::identity> {
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T value(T x) { return x; }
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    return x;
+  }
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T derivative(T) { return T(1); }
+  KOKKOS_INLINE_FUNCTION static T derivative(T) {
+    return T(1);
+  }
 };
 
 template <>
@@ -69,9 +78,13 @@ struct ActivationFn<Activation::gelu_tanh> {
 template <>
 struct ActivationFn<Activation::silu> {
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T sigmoid(T x) { return T(1) / (T(1) + math::exp(-x)); }
+  KOKKOS_INLINE_FUNCTION static T sigmoid(T x) {
+    return T(1) / (T(1) + math::exp(-x));
+  }
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T value(T x) { return x * sigmoid(x); }
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    return x * sigmoid(x);
+  }
   template <class T>
   KOKKOS_INLINE_FUNCTION static T derivative(T x) {
     const T s = sigmoid(x);
@@ -112,8 +125,7 @@ struct ActivationBackward {
 /// y = f(x) elementwise over flat (n) views.
 template <Activation A, class T, class Space>
 void activation_forward(const Space& exec, TensorArg<const T*, Space> x, TensorArg<T*, Space> y) {
-  Kokkos::parallel_for("hybridseq::kernels::activation::forward",
-                       Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
+  Kokkos::parallel_for("hybridseq::kernels::activation::forward", Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
                        detail::ActivationForward<A, T, Space>{x, y});
 }
 
@@ -121,8 +133,7 @@ void activation_forward(const Space& exec, TensorArg<const T*, Space> x, TensorA
 template <Activation A, class T, class Space>
 void activation_backward(const Space& exec, TensorArg<const T*, Space> x, TensorArg<const T*, Space> dy,
                          TensorArg<T*, Space> dx) {
-  Kokkos::parallel_for("hybridseq::kernels::activation::backward",
-                       Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
+  Kokkos::parallel_for("hybridseq::kernels::activation::backward", Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
                        detail::ActivationBackward<A, T, Space>{x, dy, dx});
 }
 

@@ -40,8 +40,7 @@ void broadcast_rows(const Space& exec, TensorArg<const T*, Space> b, TensorArg<T
 /// db += Σ_r dy(r, :) for dy (R, N).
 template <class T, class Space>
 void accumulate_column_sums(const Space& exec, TensorArg<const T**, Space> dy, TensorArg<T*, Space> db) {
-  Kokkos::parallel_for("hybridseq::kernels::bias::column_sums",
-                       Kokkos::RangePolicy<Space>(exec, 0, dy.extent(1)),
+  Kokkos::parallel_for("hybridseq::kernels::bias::column_sums", Kokkos::RangePolicy<Space>(exec, 0, dy.extent(1)),
                        detail::AccumulateColumnSums<T, Space>{dy, db});
 }
 

@@ -20,15 +20,18 @@
 
 namespace hybridseq {
 
-
 namespace kernels {
 
 /// Activation policy with no activation (out = pre).
 struct IdentityPost {
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T value(T x) { return x; }
+  KOKKOS_INLINE_FUNCTION static T value(T x) {
+    return x;
+  }
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T derivative(T) { return T(1); }
+  KOKKOS_INLINE_FUNCTION static T derivative(T) {
+    return T(1);
+  }
 };
 
 namespace detail {
@@ -168,7 +171,8 @@ struct Conv1dUpdateWindow {
 template <class X>
 void check_unit_channel_stride(const std::string& api, const char* name, const X& x) {
   if (x.extent(2) > 1 && x.stride(2) != 1)
-    fail<shape_error>(api, name, " has channel stride ", x.stride(2), ", expected 1 (a column slice of a row-major tensor)");
+    fail<shape_error>(api, name, " has channel stride ", x.stride(2),
+                      ", expected 1 (a column slice of a row-major tensor)");
 }
 
 }  // namespace detail
@@ -180,8 +184,8 @@ void check_unit_channel_stride(const std::string& api, const char* name, const X
 /// pre (B, T, Di) or empty (not kept); out (B, T, Di).
 template <int K, class Post, Scalar T, ExecutionSpace Space>
 void conv1d_forward(const Space& exec, std::type_identity_t<StridedTensor<const T***, Space>> x,
-                    TensorArg<const T**, Space> w, TensorArg<const T*, Space> bias,
-                    TensorArg<const T***, Space> window, TensorArg<T***, Space> pre, TensorArg<T***, Space> out) {
+                    TensorArg<const T**, Space> w, TensorArg<const T*, Space> bias, TensorArg<const T***, Space> window,
+                    TensorArg<T***, Space> pre, TensorArg<T***, Space> out) {
   static_assert(K >= 1, "hybridseq::kernels::conv1d_forward: K must be positive");
   const std::string api = "hybridseq::kernels::conv1d_forward";
   const auto b = static_cast<std::int64_t>(x.extent(0)), t = static_cast<std::int64_t>(x.extent(1)),

@@ -20,9 +20,9 @@ namespace hybridseq::kernels {
 namespace detail {
 template <class T, class Space>
 struct CrossEntropyRows {
-  Tensor<const T**, Space> logits;            // (C, V) for rows [begin, begin + C)
-  Tensor<const std::int32_t*, Space> targets; // (N)
-  Tensor<T*, Space> lse;                      // (N)
+  Tensor<const T**, Space> logits;             // (C, V) for rows [begin, begin + C)
+  Tensor<const std::int32_t*, Space> targets;  // (N)
+  Tensor<T*, Space> lse;                       // (N)
   std::int64_t begin;
   std::int32_t ignore_index;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r, double& loss, std::int64_t& count) const {
@@ -77,9 +77,8 @@ struct CrossEntropySum {
 template <class T, class Space>
 CrossEntropySum lm_head_cross_entropy_forward(const Space& exec, core::Workspace<Space>& ws,
                                               TensorArg<const T**, Space> x, TensorArg<const T**, Space> w,
-                                              TensorArg<const std::int32_t*, Space> targets,
-                                              std::int32_t ignore_index, std::int64_t chunk,
-                                              TensorArg<T*, Space> lse) {
+                                              TensorArg<const std::int32_t*, Space> targets, std::int32_t ignore_index,
+                                              std::int64_t chunk, TensorArg<T*, Space> lse) {
   const std::int64_t n = x.extent(0), v = w.extent(0);
   core::WorkspaceScope scope(ws);
   auto logits = ws.template allocate<T**>("lm_head.logits", std::min(chunk, n), v);
@@ -102,11 +101,10 @@ CrossEntropySum lm_head_cross_entropy_forward(const Space& exec, core::Workspace
 /// Backward: dx += scale · (softmax − onehot) W and dW += scale · (softmax − onehot)ᵀ x,
 /// where scale = dloss / count for a mean loss.
 template <class T, class Space>
-void lm_head_cross_entropy_backward(const Space& exec, core::Workspace<Space>& ws,
-                                    TensorArg<const T**, Space> x, TensorArg<const T**, Space> w,
-                                    TensorArg<const std::int32_t*, Space> targets, std::int32_t ignore_index,
-                                    std::int64_t chunk, TensorArg<const T*, Space> lse, T scale,
-                                    TensorArg<T**, Space> dx, TensorArg<T**, Space> dw) {
+void lm_head_cross_entropy_backward(const Space& exec, core::Workspace<Space>& ws, TensorArg<const T**, Space> x,
+                                    TensorArg<const T**, Space> w, TensorArg<const std::int32_t*, Space> targets,
+                                    std::int32_t ignore_index, std::int64_t chunk, TensorArg<const T*, Space> lse,
+                                    T scale, TensorArg<T**, Space> dx, TensorArg<T**, Space> dw) {
   const std::int64_t n = x.extent(0), v = w.extent(0);
   core::WorkspaceScope scope(ws);
   auto logits = ws.template allocate<T**>("lm_head.dlogits", std::min(chunk, n), v);

@@ -66,8 +66,8 @@ KOKKOS_FORCEINLINE_FUNCTION float exp_cody_waite(float x) {
   constexpr float magic = 12582912.0f;
   const float t = x * 1.44269504088896341f + magic;
   const float k = t - magic;
-  float r = x - k * 0.693359375f;   // ln2_hi: 9 significant bits, so k·ln2_hi is exact
-  r = r - k * -2.12194440e-4f;      // ln2_lo = ln2 − ln2_hi
+  float r = x - k * 0.693359375f;  // ln2_hi: 9 significant bits, so k·ln2_hi is exact
+  r = r - k * -2.12194440e-4f;     // ln2_lo = ln2 − ln2_hi
   float p = 8.3125252e-3f;
   p = p * r + 4.1890115e-2f;
   p = p * r + 1.6667114e-1f;
@@ -97,7 +97,11 @@ KOKKOS_FORCEINLINE_FUNCTION float log1p_polynomial(float u) {
 }
 
 /// e^x in inner loops: the branch-free polynomial for float, libm for double.
-KOKKOS_FORCEINLINE_FUNCTION float exp_in_loop(float x) { return exp_cody_waite(x); }
-KOKKOS_FORCEINLINE_FUNCTION double exp_in_loop(double x) { return math::exp(x); }
+KOKKOS_FORCEINLINE_FUNCTION float exp_in_loop(float x) {
+  return exp_cody_waite(x);
+}
+KOKKOS_FORCEINLINE_FUNCTION double exp_in_loop(double x) {
+  return math::exp(x);
+}
 
 }  // namespace hybridseq::kernels

@@ -32,11 +32,11 @@ enum class Op { none, transpose };
 
 /// A row-major matrix argument; rows may be padded (stride(0) ≥ extent(1)).
 template <class T, class Space>
-using MatrixIn = Kokkos::View<const T**, Kokkos::LayoutRight, typename Space::memory_space,
-                              Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using MatrixIn =
+    Kokkos::View<const T**, Kokkos::LayoutRight, typename Space::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 template <class T, class Space>
-using MatrixOut = Kokkos::View<T**, Kokkos::LayoutRight, typename Space::memory_space,
-                               Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using MatrixOut =
+    Kokkos::View<T**, Kokkos::LayoutRight, typename Space::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 namespace detail {
 
@@ -69,8 +69,8 @@ int blas_threads_for(const Space& exec) {
 /// Used directly by kernels that multiply tiles inside their own parallel loops (attention):
 /// OpenMP OpenBLAS runs a call made inside a parallel region on the calling thread.
 template <class T>
-void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-               std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
+               const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
 #if defined(HYBRIDSEQ_WITH_BLAS)
   const auto ta = op_a == Op::none ? CblasNoTrans : CblasTrans;
   const auto tb = op_b == Op::none ? CblasNoTrans : CblasTrans;
@@ -86,21 +86,26 @@ void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
   Eigen::Map<const Mat, 0, Stride> ea(a, ar, ac, Stride(lda));
   Eigen::Map<const Mat, 0, Stride> eb(b, br, bc, Stride(ldb));
   Eigen::Map<Mat, 0, Stride> ec(c, m, n, Stride(ldc));
-  if (beta == T(0)) ec.setZero();
-  else if (beta != T(1)) ec *= beta;
-  if (op_a == Op::none && op_b == Op::none) ec.noalias() += alpha * ea * eb;
-  else if (op_a == Op::none) ec.noalias() += alpha * ea * eb.transpose();
-  else if (op_b == Op::none) ec.noalias() += alpha * ea.transpose() * eb;
-  else ec.noalias() += alpha * ea.transpose() * eb.transpose();
+  if (beta == T(0))
+    ec.setZero();
+  else if (beta != T(1))
+    ec *= beta;
+  if (op_a == Op::none && op_b == Op::none)
+    ec.noalias() += alpha * ea * eb;
+  else if (op_a == Op::none)
+    ec.noalias() += alpha * ea * eb.transpose();
+  else if (op_b == Op::none)
+    ec.noalias() += alpha * ea.transpose() * eb;
+  else
+    ec.noalias() += alpha * ea.transpose() * eb.transpose();
 #endif
 }
 
 namespace detail {
 
 template <class T, class Space>
-void gemm_host(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
-               T alpha, const MatrixIn<T, Space>& a, const MatrixIn<T, Space>& b, T beta,
-               const MatrixOut<T, Space>& c) {
+void gemm_host(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+               const MatrixIn<T, Space>& a, const MatrixIn<T, Space>& b, T beta, const MatrixOut<T, Space>& c) {
 #if defined(HYBRIDSEQ_WITH_BLAS)
   blas_threads(blas_threads_for(exec));
 #else
@@ -111,13 +116,11 @@ void gemm_host(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t
 
 /// Device fallback: one thread per output element. Correct, not fast; cuBLAS goes here.
 template <class T, class Space>
-void gemm_device(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t n,
-                 std::int64_t k, T alpha, const MatrixIn<T, Space>& a, const MatrixIn<T, Space>& b,
-                 T beta, const MatrixOut<T, Space>& c) {
+void gemm_device(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+                 const MatrixIn<T, Space>& a, const MatrixIn<T, Space>& b, T beta, const MatrixOut<T, Space>& c) {
   const bool ta = op_a == Op::transpose, tb = op_b == Op::transpose;
   Kokkos::parallel_for(
-      "hybridseq::kernels::gemm[naive]",
-      Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>(exec, {0, 0}, {m, n}),
+      "hybridseq::kernels::gemm[naive]", Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>(exec, {0, 0}, {m, n}),
       KOKKOS_LAMBDA(const std::int64_t i, const std::int64_t j) {
         T acc = 0;
         for (std::int64_t p = 0; p < k; ++p) acc += (ta ? a(p, i) : a(i, p)) * (tb ? b(j, p) : b(p, j));
@@ -131,16 +134,14 @@ void gemm_device(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64
 /// (NaNs included). Throws shape_error when the inner or outer extents disagree.
 template <class Space, Scalar T>
 void gemm(const Space& exec, Op op_a, Op op_b, T alpha, std::type_identity_t<MatrixIn<T, Space>> a,
-          std::type_identity_t<MatrixIn<T, Space>> b, T beta,
-          std::type_identity_t<MatrixOut<T, Space>> c) {
+          std::type_identity_t<MatrixIn<T, Space>> b, T beta, std::type_identity_t<MatrixOut<T, Space>> c) {
   const std::int64_t m = op_a == Op::none ? a.extent(0) : a.extent(1);
   const std::int64_t k = op_a == Op::none ? a.extent(1) : a.extent(0);
   const std::int64_t kb = op_b == Op::none ? b.extent(0) : b.extent(1);
   const std::int64_t n = op_b == Op::none ? b.extent(1) : b.extent(0);
-  if (k != kb || static_cast<std::int64_t>(c.extent(0)) != m ||
-      static_cast<std::int64_t>(c.extent(1)) != n)
-    fail<shape_error>("hybridseq::kernels::gemm", "op(A) is (", m, ",", k, "), op(B) is (", kb, ",",
-                      n, "), C is (", c.extent(0), ",", c.extent(1), ")");
+  if (k != kb || static_cast<std::int64_t>(c.extent(0)) != m || static_cast<std::int64_t>(c.extent(1)) != n)
+    fail<shape_error>("hybridseq::kernels::gemm", "op(A) is (", m, ",", k, "), op(B) is (", kb, ",", n, "), C is (",
+                      c.extent(0), ",", c.extent(1), ")");
   if (m == 0 || n == 0) return;
   if (k == 0) {  // BLAS leaves C untouched for k = 0 only when beta = 1; make it exact.
     detail::gemm_device<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c);

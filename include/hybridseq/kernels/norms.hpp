@@ -16,10 +16,10 @@ namespace detail {
 
 template <class T, class Space>
 struct RmsNormForward {
-  Tensor<const T**, Space> x;   // (R, D)
-  Tensor<const T*, Space> w;    // (D)
-  Tensor<T**, Space> y;         // (R, D)
-  Tensor<T*, Space> rstd;       // (R)
+  Tensor<const T**, Space> x;  // (R, D)
+  Tensor<const T*, Space> w;   // (D)
+  Tensor<T**, Space> y;        // (R, D)
+  Tensor<T*, Space> rstd;      // (R)
   T eps;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r) const {
     const std::int64_t d = x.extent(1);
@@ -125,8 +125,7 @@ struct LayerNormBackwardParams {
 template <class T, class Space>
 void rmsnorm_forward(const Space& exec, TensorArg<const T**, Space> x, TensorArg<const T*, Space> w, T eps,
                      TensorArg<T**, Space> y, TensorArg<T*, Space> rstd) {
-  Kokkos::parallel_for("hybridseq::kernels::rmsnorm::forward",
-                       Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
+  Kokkos::parallel_for("hybridseq::kernels::rmsnorm::forward", Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
                        detail::RmsNormForward<T, Space>{x, w, y, rstd, eps});
 }
 
@@ -134,11 +133,9 @@ template <class T, class Space>
 void rmsnorm_backward(const Space& exec, TensorArg<const T**, Space> x, TensorArg<const T*, Space> w,
                       TensorArg<const T*, Space> rstd, TensorArg<const T**, Space> dy, TensorArg<T**, Space> dx,
                       TensorArg<T*, Space> dw) {
-  Kokkos::parallel_for("hybridseq::kernels::rmsnorm::backward_input",
-                       Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
+  Kokkos::parallel_for("hybridseq::kernels::rmsnorm::backward_input", Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
                        detail::RmsNormBackwardInput<T, Space>{x, dy, w, rstd, dx});
-  Kokkos::parallel_for("hybridseq::kernels::rmsnorm::backward_weight",
-                       Kokkos::RangePolicy<Space>(exec, 0, x.extent(1)),
+  Kokkos::parallel_for("hybridseq::kernels::rmsnorm::backward_weight", Kokkos::RangePolicy<Space>(exec, 0, x.extent(1)),
                        detail::RmsNormBackwardWeight<T, Space>{x, dy, rstd, dw});
 }
 
@@ -146,8 +143,7 @@ template <class T, class Space>
 void layernorm_forward(const Space& exec, TensorArg<const T**, Space> x, TensorArg<const T*, Space> w,
                        TensorArg<const T*, Space> b, T eps, TensorArg<T**, Space> y, TensorArg<T*, Space> mean,
                        TensorArg<T*, Space> rstd) {
-  Kokkos::parallel_for("hybridseq::kernels::layernorm::forward",
-                       Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
+  Kokkos::parallel_for("hybridseq::kernels::layernorm::forward", Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
                        detail::LayerNormForward<T, Space>{x, w, b, y, mean, rstd, eps});
 }
 

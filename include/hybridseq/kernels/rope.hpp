@@ -51,8 +51,10 @@ struct RopeApply {
       }
     }
     for (int j = rotary; j < int(in.extent(3)); ++j) {
-      if constexpr (Accumulate) out(b, t, h, j) += in(b, t, h, j);
-      else out(b, t, h, j) = in(b, t, h, j);
+      if constexpr (Accumulate)
+        out(b, t, h, j) += in(b, t, h, j);
+      else
+        out(b, t, h, j) = in(b, t, h, j);
     }
   }
 };
@@ -63,10 +65,10 @@ template <class T, class Space>
 void rope_table(const Space& exec, double base, std::int64_t offset, int rotary, TensorArg<T**, Space> cos,
                 TensorArg<T**, Space> sin) {
   if (cos.extent(0) == 0 || cos.extent(1) == 0) return;
-  Kokkos::parallel_for(
-      "hybridseq::kernels::rope::table",
-      Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>(exec, {0, 0}, {std::int64_t(cos.extent(0)), std::int64_t(cos.extent(1))}),
-      detail::RopeTable<T, Space>{cos, sin, std::log(base), offset, rotary});
+  Kokkos::parallel_for("hybridseq::kernels::rope::table",
+                       Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>(
+                           exec, {0, 0}, {std::int64_t(cos.extent(0)), std::int64_t(cos.extent(1))}),
+                       detail::RopeTable<T, Space>{cos, sin, std::log(base), offset, rotary});
 }
 
 /// out = R(θ) in  (forward), or out += R(−θ) in  (backward: R is orthogonal), for heads
@@ -78,11 +80,10 @@ void rope_apply(const Space& exec, TensorArg<const T****, Space> in, TensorArg<T
                 std::int64_t heads = -1) {
   if (in.size() == 0) return;
   if (heads < 0) heads = std::int64_t(in.extent(2));
-  Kokkos::parallel_for(
-      "hybridseq::kernels::rope::apply",
-      Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
-          exec, {0, 0, 0}, {std::int64_t(in.extent(0)), std::int64_t(in.extent(1)), heads}),
-      detail::RopeApply<T, Space, Accumulate>{in, out, cos, sin, rotary, inverse ? T(-1) : T(1)});
+  Kokkos::parallel_for("hybridseq::kernels::rope::apply",
+                       Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
+                           exec, {0, 0, 0}, {std::int64_t(in.extent(0)), std::int64_t(in.extent(1)), heads}),
+                       detail::RopeApply<T, Space, Accumulate>{in, out, cos, sin, rotary, inverse ? T(-1) : T(1)});
 }
 
 }  // namespace hybridseq::kernels

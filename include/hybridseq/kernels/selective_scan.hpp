@@ -52,7 +52,7 @@
 #include "activations.hpp"
 #include "exp.hpp"
 
-#if !defined(HYBRIDSEQ_NO_ISA_DISPATCH) && !defined(__CUDACC__) && !defined(__HIPCC__) && \
+#if !defined(HYBRIDSEQ_NO_ISA_DISPATCH) && !defined(__CUDACC__) && !defined(__HIPCC__) &&                 \
     !defined(__SYCL_DEVICE_ONLY__) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
     !defined(__AVX2__)
 #define HYBRIDSEQ_SCAN_ISA_DISPATCH 1
@@ -70,7 +70,6 @@
 #endif
 
 namespace hybridseq {
-
 
 namespace kernels {
 
@@ -148,7 +147,9 @@ inline constexpr int scan_group_channels = 64;
 inline constexpr int scan_default_chunk = 64;
 
 /// Number of chunk checkpoints for T steps: ⌈T/L⌉.
-constexpr std::int64_t scan_chunks(std::int64_t steps, int chunk) { return (steps + chunk - 1) / chunk; }
+constexpr std::int64_t scan_chunks(std::int64_t steps, int chunk) {
+  return (steps + chunk - 1) / chunk;
+}
 
 namespace detail {
 
@@ -165,8 +166,7 @@ inline bool host_has_avx2_fma() {
 template <class T, class Space>
 bool use_avx2() {
   return std::is_same_v<T, float> &&
-         Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible &&
-         host_has_avx2_fma();
+         Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible && host_has_avx2_fma();
 }
 
 /// Lane j of a row of channels: read straight from memory in full blocks; padding lanes of the
@@ -174,8 +174,10 @@ bool use_avx2() {
 /// first costs a store-forwarding stall per step.
 template <bool Full, class T>
 KOKKOS_FORCEINLINE_FUNCTION T scan_lane(const T* p, int j, int lanes) {
-  if constexpr (Full) return p[j];
-  else return j < lanes ? p[j] : T(0);
+  if constexpr (Full)
+    return p[j];
+  else
+    return j < lanes ? p[j] : T(0);
 }
 
 /// v[n] = p[n·stride] for n < N: one step's B_t or C_t (a strided column slice).
@@ -217,14 +219,14 @@ struct ScanForward {
   static constexpr int W = scan_forward_lanes<T>;
   using M = ScanMath<T>;
 
-  Tensor<const T***, Space> u, dt;             // (B, T, Di)
-  Tensor<const T*, Space> dt_bias, d_skip;     // (Di)
-  Tensor<const T**, Space> a_log;              // (Di, N)
-  StridedTensor<const T***, Space> bm, cm;     // (B, T, N)
-  Tensor<const T***, Space> h0;                // (B, Di, N) or empty: zero initial state
-  Tensor<T***, Space> y;                       // (B, T, Di)
-  Tensor<T****, Space> h_chunks;               // (B, ⌈T/L⌉, Di, N) or empty
-  Tensor<T***, Space> h_last;                  // (B, Di, N) or empty; may alias h0
+  Tensor<const T***, Space> u, dt;          // (B, T, Di)
+  Tensor<const T*, Space> dt_bias, d_skip;  // (Di)
+  Tensor<const T**, Space> a_log;           // (Di, N)
+  StridedTensor<const T***, Space> bm, cm;  // (B, T, N)
+  Tensor<const T***, Space> h0;             // (B, Di, N) or empty: zero initial state
+  Tensor<T***, Space> y;                    // (B, T, Di)
+  Tensor<T****, Space> h_chunks;            // (B, ⌈T/L⌉, Di, N) or empty
+  Tensor<T***, Space> h_last;               // (B, Di, N) or empty; may alias h0
   int chunk, blocks;
   bool avx2;
 
@@ -237,7 +239,9 @@ struct ScanForward {
   }
 
 #if HYBRIDSEQ_SCAN_ISA_DISPATCH
-  [[gnu::target("avx2,fma")]] void run_avx2(const std::int64_t item) const { run(item); }
+  [[gnu::target("avx2,fma")]] void run_avx2(const std::int64_t item) const {
+    run(item);
+  }
 #endif
 
   KOKKOS_FORCEINLINE_FUNCTION void run(const std::int64_t item) const {
@@ -255,16 +259,18 @@ struct ScanForward {
       dsk[j] = valid ? d_skip(d0 + j) : T(0);
       for (int n = 0; n < N; ++n) h[n][j] = valid && h0.data() ? h0(b, d0 + j, n) : T(0);
     }
-    if (lanes == W) steps<true>(b, d0, lanes, a2, h, bias, dsk);
-    else steps<false>(b, d0, lanes, a2, h, bias, dsk);
+    if (lanes == W)
+      steps<true>(b, d0, lanes, a2, h, bias, dsk);
+    else
+      steps<false>(b, d0, lanes, a2, h, bias, dsk);
     if (h_last.data())
       for (int j = 0; j < lanes; ++j)
         for (int n = 0; n < N; ++n) h_last(b, d0 + j, n) = h[n][j];
   }
 
   template <bool Full>
-  KOKKOS_FORCEINLINE_FUNCTION void steps(const int b, const int d0, const int lanes, const T (&a2)[N][W],
-                                         T (&h)[N][W], const T (&bias)[W], const T (&dsk)[W]) const {
+  KOKKOS_FORCEINLINE_FUNCTION void steps(const int b, const int d0, const int lanes, const T (&a2)[N][W], T (&h)[N][W],
+                                         const T (&bias)[W], const T (&dsk)[W]) const {
     const int n_steps = static_cast<int>(u.extent(1));
     const bool chunks = h_chunks.data() != nullptr;
     for (int t = 0, c = 0, next = 0; t < n_steps; ++t) {
@@ -312,15 +318,15 @@ struct ScanBackward {
   static constexpr int G = scan_group_channels / W;  // lane blocks per work item
   using M = ScanMath<T>;
 
-  Tensor<const T***, Space> u, dt, dy;          // (B, T, Di)
-  Tensor<const T*, Space> dt_bias, d_skip;      // (Di)
-  Tensor<const T**, Space> a_log;               // (Di, N)
-  StridedTensor<const T***, Space> bm, cm;      // (B, T, N)
-  Tensor<const T****, Space> h_chunks;          // (B, ⌈T/L⌉, Di, N)
-  Tensor<T***, Space> du, ddt;                  // (B, T, Di), accumulated
-  Tensor<T***, Space> param_partial;            // (B, Di, N + 2): per sequence dA_log | dD | ddt_bias
-  Tensor<T*****, Space> partial;                // (B, groups, T, 2, N): Σ over a group's channels of dB, dC
-  Tensor<T**, Space> scratch;                   // (threads, L·N·W·2 + L·W·2)
+  Tensor<const T***, Space> u, dt, dy;      // (B, T, Di)
+  Tensor<const T*, Space> dt_bias, d_skip;  // (Di)
+  Tensor<const T**, Space> a_log;           // (Di, N)
+  StridedTensor<const T***, Space> bm, cm;  // (B, T, N)
+  Tensor<const T****, Space> h_chunks;      // (B, ⌈T/L⌉, Di, N)
+  Tensor<T***, Space> du, ddt;              // (B, T, Di), accumulated
+  Tensor<T***, Space> param_partial;        // (B, Di, N + 2): per sequence dA_log | dD | ddt_bias
+  Tensor<T*****, Space> partial;            // (B, groups, T, 2, N): Σ over a group's channels of dB, dC
+  Tensor<T**, Space> scratch;               // (threads, L·N·W·2 + L·W·2)
   Kokkos::Experimental::UniqueToken<Space> token;
   int chunk, groups;
   bool avx2;
@@ -346,7 +352,9 @@ struct ScanBackward {
   }
 
 #if HYBRIDSEQ_SCAN_ISA_DISPATCH
-  [[gnu::target("avx2,fma")]] void run_avx2(const std::int64_t item, int id) const { run(item, id); }
+  [[gnu::target("avx2,fma")]] void run_avx2(const std::int64_t item, int id) const {
+    run(item, id);
+  }
 #endif
 
   KOKKOS_FORCEINLINE_FUNCTION void run(const std::int64_t item, int id) const {
@@ -367,8 +375,10 @@ struct ScanBackward {
         const int d0 = grp * scan_group_channels + g * W;
         if (d0 >= di) break;
         const int lanes = di - d0 < W ? di - d0 : W;
-        if (lanes == W) chunk_backward<true>(b, grp, g, c, d0, lanes, id, carry[g]);
-        else chunk_backward<false>(b, grp, g, c, d0, lanes, id, carry[g]);
+        if (lanes == W)
+          chunk_backward<true>(b, grp, g, c, d0, lanes, id, carry[g]);
+        else
+          chunk_backward<false>(b, grp, g, c, d0, lanes, id, carry[g]);
       }
     for (int g = 0; g < G; ++g) {
       const int d0 = grp * scan_group_channels + g * W;
@@ -473,12 +483,12 @@ struct ScanBackward {
           const T dhv = cr.dh[n][j] + gv[j] * cl[n];  // dL/dh_t
           dc[j] = gv[j] * hs[j];
           const T a = as[j];
-          const T da = dhv * hp[j] * a;                // dL/d(ΔA) through exp
+          const T da = dhv * hp[j] * a;  // dL/d(ΔA) through exp
           ddelta[j] += da * anat[n][j] + dhv * xv[j] * bl[n];
           cr.dA[n][j] += da * delta[j];
           db[j] = dhv * dx[j];
           dxv[j] += dhv * delta[j] * bl[n];
-          cr.dh[n][j] = dhv * a;                       // dL/dh_{t−1}
+          cr.dh[n][j] = dhv * a;  // dL/dh_{t−1}
         }
         T* const pb = &partial(b, grp, t, 0, n);
         T* const pc = &partial(b, grp, t, 1, n);
@@ -510,9 +520,12 @@ struct ScanReduceSequences {
     for (std::int64_t n = 0; n < n_state + 2; ++n) {
       T acc = 0;
       for (std::int64_t b = 0; b < nb; ++b) acc += param_partial(b, d, n);
-      if (n < n_state) da_log(d, n) += acc;
-      else if (n == n_state) dd_skip(d) += acc;
-      else ddt_bias(d) += acc;
+      if (n < n_state)
+        da_log(d, n) += acc;
+      else if (n == n_state)
+        dd_skip(d) += acc;
+      else
+        ddt_bias(d) += acc;
     }
   }
 };
@@ -593,7 +606,7 @@ void selective_scan_forward(const Space& exec, TensorArg<const T***, Space> u, T
   Kokkos::parallel_for("hybridseq::kernels::selective_scan::forward[chunked]",
                        Kokkos::RangePolicy<Space>(exec, 0, b * blocks),
                        detail::ScanForward<N, T, Space>{u, dt, dt_bias, d_skip, a_log, bm, cm, h0, y, h_chunks, h_last,
-                                                         chunk < 1 ? 1 : chunk, blocks, detail::use_avx2<T, Space>()});
+                                                        chunk < 1 ? 1 : chunk, blocks, detail::use_avx2<T, Space>()});
 }
 
 /// Backward of `selective_scan_forward` from its chunk checkpoints (zero initial state or the
@@ -612,8 +625,7 @@ void selective_scan_backward(const Space& exec, core::Workspace<Space>& ws, Tens
                              std::type_identity_t<StridedTensor<const T***, Space>> cm,
                              TensorArg<const T*, Space> d_skip, TensorArg<const T****, Space> h_chunks,
                              TensorArg<const T***, Space> dy, TensorArg<T***, Space> du, TensorArg<T***, Space> ddt,
-                             TensorArg<T**, Space> da_log,
-                             std::type_identity_t<StridedTensor<T***, Space>> dbm,
+                             TensorArg<T**, Space> da_log, std::type_identity_t<StridedTensor<T***, Space>> dbm,
                              std::type_identity_t<StridedTensor<T***, Space>> dcm, TensorArg<T*, Space> dd_skip,
                              TensorArg<T*, Space> ddt_bias, int chunk = scan_default_chunk) {
   static_assert(N >= 1, "hybridseq::kernels::selective_scan_backward: N must be positive");
@@ -640,17 +652,15 @@ void selective_scan_backward(const Space& exec, core::Workspace<Space>& ws, Tens
   auto partial = ws.template allocate<T*****>("selective_scan.partial", b, groups, t, 2, N);
   auto param_partial = ws.template allocate<T***>("selective_scan.param_partial", b, di, N + 2);
   const Kokkos::Experimental::UniqueToken<Space> token(exec);
-  auto scratch = ws.template allocate<T**>("selective_scan.scratch", token.size(),
-                                           std::size_t(chunk) * W * (2 * N + 2));
-  Kokkos::parallel_for("hybridseq::kernels::selective_scan::backward[chunked]",
-                       Kokkos::RangePolicy<Space>(exec, 0, b * groups),
-                       detail::ScanBackward<N, T, Space>{u, dt, dy, dt_bias, d_skip, a_log, bm, cm, h_chunks, du, ddt,
-                                                          param_partial, partial, scratch, token, chunk, groups,
-                                                          detail::use_avx2<T, Space>()});
+  auto scratch =
+      ws.template allocate<T**>("selective_scan.scratch", token.size(), std::size_t(chunk) * W * (2 * N + 2));
+  Kokkos::parallel_for(
+      "hybridseq::kernels::selective_scan::backward[chunked]", Kokkos::RangePolicy<Space>(exec, 0, b * groups),
+      detail::ScanBackward<N, T, Space>{u, dt, dy, dt_bias, d_skip, a_log, bm, cm, h_chunks, du, ddt, param_partial,
+                                        partial, scratch, token, chunk, groups, detail::use_avx2<T, Space>()});
   Kokkos::parallel_for("hybridseq::kernels::selective_scan::reduce_groups", Kokkos::RangePolicy<Space>(exec, 0, b * t),
                        detail::ScanReduceGroups<T, Space>{partial, dbm, dcm});
-  Kokkos::parallel_for("hybridseq::kernels::selective_scan::reduce_sequences",
-                       Kokkos::RangePolicy<Space>(exec, 0, di),
+  Kokkos::parallel_for("hybridseq::kernels::selective_scan::reduce_sequences", Kokkos::RangePolicy<Space>(exec, 0, di),
                        detail::ScanReduceSequences<T, Space>{param_partial, da_log, dd_skip, ddt_bias});
 }
 

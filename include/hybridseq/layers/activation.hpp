@@ -29,15 +29,13 @@ class ActivationLayer {
 
   explicit ActivationLayer(const Options& = {}) {}
 
-  void forward(core::Workspace<Space>&, Tensor<const T***, Space> x, Tensor<T***, Space> y,
-               Saved& saved) const {
+  void forward(core::Workspace<Space>&, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& saved) const {
     check(x, y, "forward", "y");
     saved.x = x;
     kernels::activation_forward<A, T>(Space{}, core::flat(x), core::flat(y));
   }
 
-  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy,
-                Tensor<T***, Space> dx) {
+  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     check(saved.x, dy, "backward", "dy");
     check(saved.x, dx, "backward", "dx");
     kernels::activation_backward<A, T>(Space{}, core::flat(saved.x), core::flat(dy), core::flat(dx));

@@ -52,11 +52,11 @@ class Attention {
 
   struct Saved {
     typename Qkv::Saved qkv_in;
-    Tensor<T***, Space> qkv;        // (B, T, (H + 2Hkv)·Dh) after RoPE (and normalisation)
+    Tensor<T***, Space> qkv;  // (B, T, (H + 2Hkv)·Dh) after RoPE (and normalisation)
     typename Core::Positions positions;
-    Tensor<T****, Space> o;         // (B, Tq, H, Dh)
-    Tensor<T*, Space> lse;          // (B·H·Tq)
-    Tensor<T***, Space> merged;     // (B, Tq, Dh) summed heads only
+    Tensor<T****, Space> o;      // (B, Tq, H, Dh)
+    Tensor<T*, Space> lse;       // (B·H·Tq)
+    Tensor<T***, Space> merged;  // (B, Tq, Dh) summed heads only
     typename Out::Saved out_in;
     std::int64_t q0 = 0;
   };
@@ -160,7 +160,8 @@ class Attention {
   /// Rolls the sequence back to its first `length` positions.
   void truncate(State& state, std::int64_t length) const {
     if (length < 0 || length > state.length)
-      fail<value_error>("hybridseq::layers::Attention::truncate", "length ", length, " is outside [0, ", state.length, "]");
+      fail<value_error>("hybridseq::layers::Attention::truncate", "length ", length, " is outside [0, ", state.length,
+                        "]");
     state.length = length;
   }
 
@@ -177,8 +178,8 @@ class Attention {
     drop_oldest_rows<T, Space>(state.v, kept, count);
     Space().fence();
     for (std::size_t i = 0; i < k.extent(0); ++i)
-      core_.reposition(ws, Heads4(k.data() + i * k.extent(1) * S.kv_heads * S.head_dim, 1, kept, S.kv_heads, S.head_dim),
-                       count, 0);
+      core_.reposition(
+          ws, Heads4(k.data() + i * k.extent(1) * S.kv_heads * S.head_dim, 1, kept, S.kv_heads, S.head_dim), count, 0);
     state.length = kept;
   }
 
@@ -225,7 +226,11 @@ class Attention {
             rows_of<const T>(s.qkv.data() + S.heads * S.head_dim, n, rows_qkv),
             rows_of<const T>(s.qkv.data() + (S.heads + S.kv_heads) * S.head_dim, n, rows_qkv),
             rows_of<T>(s.o.data(), tq, S.heads * S.head_dim),
-            s.lse.data(), b, tq, n, s.q0};
+            s.lse.data(),
+            b,
+            tq,
+            n,
+            s.q0};
   }
 
   /// Decoding: projects x (B, T, D) at positions state.length.. into s.qkv (RoPE, normalised)
@@ -233,8 +238,9 @@ class Attention {
   /// state.length once nothing else can fail.
   void extend_cache(core::Workspace<Space>& ws, State& state, Tensor<const T***, Space> x, Saved& s,
                     const char* api) const {
-    static_assert(Scheme::decodable, "hybridseq::layers::Attention: this segment scheme cannot be decoded token by "
-                                     "token (its queries see future positions)");
+    static_assert(Scheme::decodable,
+                  "hybridseq::layers::Attention: this segment scheme cannot be decoded token by "
+                  "token (its queries see future positions)");
     core::check_shape(api, "x", x, core::dim(state.k.extent(0)), core::T, core::dim(S.d_model));
     const std::int64_t b = x.extent(0), t = x.extent(1), p = state.length;
     if (p + t > std::int64_t(state.k.extent(1)))
@@ -250,7 +256,8 @@ class Attention {
     const auto k = state.k, v = state.v;
     Kokkos::parallel_for(
         "hybridseq::layers::Attention::append_cache",
-        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {std::int64_t(qkv.extent(0)), t, std::int64_t(S.kv_heads)}),
+        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0},
+                                                      {std::int64_t(qkv.extent(0)), t, std::int64_t(S.kv_heads)}),
         KOKKOS_LAMBDA(std::int64_t i, std::int64_t j, std::int64_t h) {
           for (int d = 0; d < S.head_dim; ++d) {
             k(i, p + j, h, d) = qkv(i, j, (S.heads + h) * S.head_dim + d);

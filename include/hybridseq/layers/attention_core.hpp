@@ -35,9 +35,9 @@ struct AttentionShape {
   int heads;
   int kv_heads;
   int head_dim;
-  int rotary_dim = 0;             // 0: no RoPE; head_dim: full; see rotary_dim_for()
+  int rotary_dim = 0;  // 0: no RoPE; head_dim: full; see rotary_dim_for()
   Score score = Score::dot;
-  bool per_layer_scale = false;   // cosine: one temperature for all heads instead of one per head
+  bool per_layer_scale = false;  // cosine: one temperature for all heads instead of one per head
   bool qkv_bias = false;
   bool out_bias = false;
   HeadMerge merge = HeadMerge::concat;
@@ -174,10 +174,11 @@ struct CosineScaleGrad {
 template <class T, class Space>
 void drop_oldest_rows(const Tensor<T****, Space>& cache, std::int64_t kept, std::int64_t count) {
   for (std::int64_t t0 = 0; count > 0 && t0 < kept; t0 += count)
-    Kokkos::parallel_for("hybridseq::layers::drop_oldest_rows",
-                         Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
-                             {0, t0, 0}, {std::int64_t(cache.extent(0)), std::min(kept, t0 + count), std::int64_t(cache.extent(2))}),
-                         detail::ShiftRows<T, Space>{cache, count});
+    Kokkos::parallel_for(
+        "hybridseq::layers::drop_oldest_rows",
+        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
+            {0, t0, 0}, {std::int64_t(cache.extent(0)), std::min(kept, t0 + count), std::int64_t(cache.extent(2))}),
+        detail::ShiftRows<T, Space>{cache, count});
 }
 
 template <AttentionShape S, Scalar T, ExecutionSpace Space>
@@ -195,8 +196,8 @@ class AttentionCore {
 
   /// What positioning saves for backward.
   struct Positions {
-    typename Rope::Table rope;      // (T, rotary/2)
-    Tensor<T***, Space> inv_norm;   // (B, T, rotated heads) cosine only
+    typename Rope::Table rope;     // (T, rotary/2)
+    Tensor<T***, Space> inv_norm;  // (B, T, rotated heads) cosine only
   };
 
   /// `api` names the owning layer in option errors.
@@ -210,8 +211,7 @@ class AttentionCore {
 
   /// RoPE at positions offset.. on the first `rotated` heads of `heads` (B, T, ·, Dh), then,
   /// for cosine scores, their normalisation.
-  void position(core::Workspace<Space>& ws, const Heads4& heads, int rotated, std::int64_t offset,
-                Positions& p) const {
+  void position(core::Workspace<Space>& ws, const Heads4& heads, int rotated, std::int64_t offset, Positions& p) const {
     if constexpr (S.rotary_dim > 0) {
       p.rope = rope_.table(ws, heads.extent(1), offset);
       rope_.rotate(heads, rotated, p.rope);
@@ -256,9 +256,9 @@ class AttentionCore {
     auto delta = ws.template allocate<T*>("attention.delta", r.batch * S.heads * r.tq);
     const std::int64_t nq = kernels::attention::query_tiles(r.tq);
     Tensor<T*, Space> dalpha;
-    if constexpr (S.score == Score::cosine) dalpha = ws.template allocate<T*>("attention.dalpha", r.batch * S.heads * nq);
-    kernels::attention::backward<Scheme, T>(Space{}, args(r),
-                                            {g.d_o, g.dq, g.dk, g.dv, delta.data(), dalpha.data()});
+    if constexpr (S.score == Score::cosine)
+      dalpha = ws.template allocate<T*>("attention.dalpha", r.batch * S.heads * nq);
+    kernels::attention::backward<Scheme, T>(Space{}, args(r), {g.d_o, g.dq, g.dk, g.dv, delta.data(), dalpha.data()});
     Space().fence();
     if constexpr (S.score == Score::cosine) accumulate_scale_grad(dalpha, r.batch, nq);
   }

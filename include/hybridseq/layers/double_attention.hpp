@@ -48,9 +48,9 @@ class DoubleAttention {
   using Options = AttentionOptions;  // max_cache unused: Double Attention does not decode
   struct Saved {
     typename Qkv::Saved qkv_in;
-    Tensor<T***, Space> qkv;      // (B, n, R) after RoPE
+    Tensor<T***, Space> qkv;  // (B, n, R) after RoPE
     typename Core::Positions positions;
-    Tensor<T***, Space> o;        // (B, n, H·Dh): history rows then latent rows
+    Tensor<T***, Space> o;                      // (B, n, H·Dh): history rows then latent rows
     Tensor<T*, Space> lse_history, lse_latent;  // (B·H·h), (B·H·M)
     typename Out::Saved out_in;
   };
@@ -161,16 +161,28 @@ class DoubleAttention {
   /// History queries t < h over the history keys.
   AttendRows<T> history_rows(const Saved& s) const {
     const std::int64_t b = s.qkv.extent(0), n = s.qkv.extent(1), h = n - M;
-    return {rows<const T>(s.qkv.data(), n, R), rows<const T>(s.qkv.data() + H * Dh, n, R),
-            rows<const T>(s.qkv.data() + (H + Hkv) * Dh, n, R), rows<T>(s.o.data(), n, H * Dh),
-            s.lse_history.data(), b, h, h, 0};
+    return {rows<const T>(s.qkv.data(), n, R),
+            rows<const T>(s.qkv.data() + H * Dh, n, R),
+            rows<const T>(s.qkv.data() + (H + Hkv) * Dh, n, R),
+            rows<T>(s.o.data(), n, H * Dh),
+            s.lse_history.data(),
+            b,
+            h,
+            h,
+            0};
   }
   /// Latent queries t ≥ h over every key.
   AttendRows<T> latent_rows(const Saved& s) const {
     const std::int64_t b = s.qkv.extent(0), n = s.qkv.extent(1), h = n - M;
-    return {rows<const T>(s.qkv.data() + h * R, n, R), rows<const T>(s.qkv.data() + H * Dh, n, R),
-            rows<const T>(s.qkv.data() + (H + Hkv) * Dh, n, R), rows<T>(s.o.data() + h * H * Dh, n, H * Dh),
-            s.lse_latent.data(), b, M, n, h};
+    return {rows<const T>(s.qkv.data() + h * R, n, R),
+            rows<const T>(s.qkv.data() + H * Dh, n, R),
+            rows<const T>(s.qkv.data() + (H + Hkv) * Dh, n, R),
+            rows<T>(s.o.data() + h * H * Dh, n, H * Dh),
+            s.lse_latent.data(),
+            b,
+            M,
+            n,
+            h};
   }
 
   Core core_;

@@ -51,10 +51,10 @@ class EcpFaithfulAttention {
   using Options = AttentionOptions;  // max_cache unused: the ring holds 2m
   struct Saved {
     typename Proj::Saved q_in, kv_in;
-    Tensor<T***, Space> q, kv;   // (B, T, H·Dh) after RoPE
-    typename Core::Positions positions;  // when rotary
-    Tensor<T***, Space> o;       // (B, T, H·Dh)
-    Tensor<T*, Space> lse;       // (B·H·T)
+    Tensor<T***, Space> q, kv;            // (B, T, H·Dh) after RoPE
+    typename Core::Positions positions;   // when rotary
+    Tensor<T***, Space> o;                // (B, T, H·Dh)
+    Tensor<T*, Space> lse;                // (B·H·T)
     Tensor<T***, Space> o_first, o_rest;  // (B, min(T, m), H·Dh), (B, T − m, H·Dh)
     typename Out::Saved first_in, rest_in;
   };
@@ -226,7 +226,8 @@ class EcpFaithfulAttention {
     const auto ring = st.kv;
     const auto kv = s.kv;
     Kokkos::parallel_for(
-        "hybridseq::layers::EcpFaithfulAttention::append", Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {b, t, H}),
+        "hybridseq::layers::EcpFaithfulAttention::append",
+        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {b, t, H}),
         KOKKOS_LAMBDA(std::int64_t i, std::int64_t j, std::int64_t h) {
           for (int d = 0; d < Dh; ++d) ring(i, p + j, h, d) = kv(i, j, h * Dh + d);
         });

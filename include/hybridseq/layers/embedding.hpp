@@ -19,9 +19,9 @@ struct EmbeddingShape {
 namespace detail {
 template <class T, class Space>
 struct EmbeddingGather {
-  TokenIds<Space> ids;            // (B, T)
-  Tensor<const T**, Space> table; // (V, D)
-  Tensor<T***, Space> y;          // (B, T, D)
+  TokenIds<Space> ids;             // (B, T)
+  Tensor<const T**, Space> table;  // (V, D)
+  Tensor<T***, Space> y;           // (B, T, D)
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t b, const std::int64_t t) const {
     const std::int32_t id = ids(b, t);
     for (std::int64_t j = 0; j < std::int64_t(table.extent(1)); ++j) y(b, t, j) = table(id, j);
@@ -55,8 +55,8 @@ void check_token_ids(std::string_view api, TokenIds<Space> ids, std::int64_t voc
       Kokkos::Min<std::int64_t>(first));
   if (first < n) {
     auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, ids);
-    fail<value_error>(api, "token id ", host(first / cols, first % cols), " at (b=", first / cols,
-                      ", t=", first % cols, ") is outside [0, ", vocab, ")");
+    fail<value_error>(api, "token id ", host(first / cols, first % cols), " at (b=", first / cols, ", t=", first % cols,
+                      ") is outside [0, ", vocab, ")");
   }
 }
 

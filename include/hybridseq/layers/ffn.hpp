@@ -27,7 +27,9 @@ struct FfnShape {
 };
 
 /// SwiGLU as used by Llama: gated, SiLU, no biases.
-constexpr FfnShape swiglu(int d, int f) { return FfnShape{d, f, FfnKind::gated, false, Activation::silu}; }
+constexpr FfnShape swiglu(int d, int f) {
+  return FfnShape{d, f, FfnKind::gated, false, Activation::silu};
+}
 
 /// Runtime options shared by both FFN forms.
 struct FfnOptions {
@@ -152,8 +154,7 @@ class GatedFfn {
     auto dg = ws.template allocate<T***>("ffn.dg", dx.extent(0), dx.extent(1), S.f);
     auto du = ws.template allocate<T***>("ffn.du", dx.extent(0), dx.extent(1), S.f);
     down_.backward(ws, s.down, dy, da);
-    const auto g = core::flat(s.g), u = core::flat(s.u), fa = core::flat(da), fg = core::flat(dg),
-               fu = core::flat(du);
+    const auto g = core::flat(s.g), u = core::flat(s.u), fa = core::flat(da), fg = core::flat(dg), fu = core::flat(du);
     Kokkos::parallel_for(
         "hybridseq::layers::Ffn<gated>::gate_backward", Kokkos::RangePolicy<Space>(0, fa.extent(0)),
         KOKKOS_LAMBDA(const std::int64_t i) {

@@ -37,24 +37,21 @@ class LayerNorm {
         weight_({D}, core::Role::norm_gain, core::Init::ones()),
         bias_({D}, core::Role::bias, core::Init::zeros()) {}
 
-  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y,
-               Saved& saved) const {
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& saved) const {
     check(x, y, "forward", "y");
     const auto rows = x.extent(0) * x.extent(1);
     saved.x = x;
     saved.mean = ws.template allocate<T*>("layernorm.mean", rows);
     saved.rstd = ws.template allocate<T*>("layernorm.rstd", rows);
-    kernels::layernorm_forward<T>(Space{}, core::as_matrix(x), weight_.value(), bias_.value(), eps_,
-                                  core::as_matrix(y), saved.mean, saved.rstd);
+    kernels::layernorm_forward<T>(Space{}, core::as_matrix(x), weight_.value(), bias_.value(), eps_, core::as_matrix(y),
+                                  saved.mean, saved.rstd);
   }
 
-  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy,
-                Tensor<T***, Space> dx) {
+  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     check(saved.x, dy, "backward", "dy");
     check(saved.x, dx, "backward", "dx");
-    kernels::layernorm_backward<T>(Space{}, core::as_matrix(saved.x), weight_.value(), saved.mean,
-                                   saved.rstd, core::as_matrix(dy), core::as_matrix(dx), weight_.grad(),
-                                   bias_.grad());
+    kernels::layernorm_backward<T>(Space{}, core::as_matrix(saved.x), weight_.value(), saved.mean, saved.rstd,
+                                   core::as_matrix(dy), core::as_matrix(dx), weight_.grad(), bias_.grad());
   }
 
   template <class Visit>

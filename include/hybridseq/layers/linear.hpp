@@ -46,8 +46,7 @@ class Linear {
       : weight_({S.out, S.in}, core::Role::weight, core::Init::normal(options.init_std)),
         bias_({S.bias ? S.out : 0}, core::Role::bias, core::Init::zeros()) {}
 
-  void forward(core::Workspace<Space>&, Tensor<const T***, Space> x, Tensor<T***, Space> y,
-               Saved& saved) const {
+  void forward(core::Workspace<Space>&, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& saved) const {
     check(x, y, "forward", "y");
     saved.x = x;
     const Space exec{};
@@ -57,14 +56,13 @@ class Linear {
                   weight_.template shaped<T**>(), beta, core::as_matrix(y));
   }
 
-  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy,
-                Tensor<T***, Space> dx) {
+  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     check(dx, dy, "backward", "dy");
     const Space exec{};
     const auto x = core::as_matrix(saved.x);
     const auto g = core::as_matrix(dy);
-    kernels::gemm(exec, kernels::Op::none, kernels::Op::none, T(1), g, weight_.template shaped<T**>(),
-                  T(1), core::as_matrix(dx));
+    kernels::gemm(exec, kernels::Op::none, kernels::Op::none, T(1), g, weight_.template shaped<T**>(), T(1),
+                  core::as_matrix(dx));
     kernels::gemm(exec, kernels::Op::transpose, kernels::Op::none, T(1), g, x, T(1),
                   weight_.template shaped_grad<T**>());
     if constexpr (S.bias) kernels::accumulate_column_sums<T>(exec, g, bias_.grad());

@@ -166,8 +166,8 @@ class LmHeadLoss {
     if (first < n) {
       auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, flat);
       const std::int64_t cols = targets.extent(1);
-      fail<value_error>(api, "target ", host(first), " at (b=", first / cols, ", t=", first % cols,
-                        ") is outside [0, ", S.vocab, ") and is not ignore_index ", ignore);
+      fail<value_error>(api, "target ", host(first), " at (b=", first / cols, ", t=", first % cols, ") is outside [0, ",
+                        S.vocab, ") and is not ignore_index ", ignore);
     }
   }
 

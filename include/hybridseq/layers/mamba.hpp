@@ -44,7 +44,9 @@ struct MambaShape {
 };
 
 /// The dt rank R of a shape, with the default resolved.
-constexpr int mamba_dt_rank(const MambaShape& s) { return s.dt_rank > 0 ? s.dt_rank : (s.d_model + 15) / 16; }
+constexpr int mamba_dt_rank(const MambaShape& s) {
+  return s.dt_rank > 0 ? s.dt_rank : (s.d_model + 15) / 16;
+}
 
 namespace detail {
 
@@ -105,7 +107,9 @@ template <class T, class Space>
 struct MambaSiluBackward {
   Tensor<const T*, Space> pre, du;
   Tensor<T*, Space> dpre;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { dpre(i) = du(i) * MambaSilu::derivative(pre(i)); }
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    dpre(i) = du(i) * MambaSilu::derivative(pre(i));
+  }
 };
 
 /// conv1d: weight (Di, 1, K) and bias (Di), named as PyTorch's nn.Conv1d.
@@ -207,11 +211,12 @@ class Mamba {
         conv1d_{core::Parameter<T, Space>({Di, 1, K}, core::Role::weight, conv_init()),
                 core::Parameter<T, Space>({S.conv_bias ? Di : 0}, core::Role::bias, conv_init()), S.conv_bias},
         x_proj_({options.x_proj_init_std}),
-        dt_proj_{core::Parameter<T, Space>({Di, R}, core::Role::weight,
-                                           core::Init::uniform(-1.0 / std::sqrt(double(R)), 1.0 / std::sqrt(double(R)))),
-                 core::Parameter<T, Space>({Di}, core::Role::bias,
-                                           core::Init::inverse_softplus_log_uniform(options.dt_min, options.dt_max,
-                                                                                    options.dt_init_floor))},
+        dt_proj_{
+            core::Parameter<T, Space>({Di, R}, core::Role::weight,
+                                      core::Init::uniform(-1.0 / std::sqrt(double(R)), 1.0 / std::sqrt(double(R)))),
+            core::Parameter<T, Space>(
+                {Di}, core::Role::bias,
+                core::Init::inverse_softplus_log_uniform(options.dt_min, options.dt_max, options.dt_init_floor))},
         // A_log and D are not weight-decayed (Role::scalar), as in the reference (_no_weight_decay).
         a_log_({Di, N}, core::Role::scalar, core::Init::log_index(N)),
         d_({Di}, core::Role::scalar, core::Init::ones()),
@@ -221,7 +226,8 @@ class Mamba {
     if (!(options.dt_min > 0 && options.dt_min <= options.dt_max))
       fail<value_error>(api, "dt_min is ", options.dt_min, " and dt_max ", options.dt_max,
                         "; need 0 < dt_min <= dt_max");
-    if (!(options.dt_init_floor >= 0)) fail<value_error>(api, "dt_init_floor is ", options.dt_init_floor, ", must be >= 0");
+    if (!(options.dt_init_floor >= 0))
+      fail<value_error>(api, "dt_init_floor is ", options.dt_init_floor, ", must be >= 0");
   }
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
@@ -281,8 +287,8 @@ class Mamba {
                                            b_part(ddbc), c_part(ddbc), d_.grad(), dt_proj_.bias.grad(), s.chunk);
     // dt_proj: dδ += ddt · W_dt, dW_dt += ddtᵀ · δ.
     const auto ddt_m = core::as_matrix(ddt);
-    kernels::gemm(exec, kernels::Op::none, kernels::Op::none, T(1), ddt_m, dt_proj_.weight.template shaped<T**>(),
-                  T(1), low_rank(ddbc));
+    kernels::gemm(exec, kernels::Op::none, kernels::Op::none, T(1), ddt_m, dt_proj_.weight.template shaped<T**>(), T(1),
+                  low_rank(ddbc));
     kernels::gemm(exec, kernels::Op::transpose, kernels::Op::none, T(1), ddt_m, low_rank(s.dbc), T(1),
                   dt_proj_.weight.template shaped_grad<T**>());
     x_proj_.backward(ws, s.x_proj, ddbc, du);
@@ -391,7 +397,9 @@ class Mamba {
     return Kokkos::subview(core::as_matrix(dbc), Kokkos::ALL, Kokkos::make_pair(0, R));
   }
 
-  Tensor<const T**, Space> conv_weight() const { return Tensor<const T**, Space>(conv1d_.weight.value().data(), Di, K); }
+  Tensor<const T**, Space> conv_weight() const {
+    return Tensor<const T**, Space>(conv1d_.weight.value().data(), Di, K);
+  }
   /// The conv bias, or an empty tensor (the kernels' "no bias") when the shape has none.
   Tensor<const T*, Space> conv_bias() const { return S.conv_bias ? conv1d_.bias.value() : Tensor<const T*, Space>{}; }
 
@@ -403,7 +411,8 @@ class Mamba {
 
   static void gate(const Space& exec, const Tensor<T***, Space>& y, StridedTensor<const T***, Space> z,
                    const Tensor<T***, Space>& g) {
-    Kokkos::parallel_for("hybridseq::layers::Mamba::gate", Kokkos::RangePolicy<Space>(exec, 0, y.extent(0) * y.extent(1)),
+    Kokkos::parallel_for("hybridseq::layers::Mamba::gate",
+                         Kokkos::RangePolicy<Space>(exec, 0, y.extent(0) * y.extent(1)),
                          detail::MambaGateForward<T, Space>{y, z, g});
   }
 

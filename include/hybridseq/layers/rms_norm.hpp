@@ -34,21 +34,18 @@ class RmsNorm {
   explicit RmsNorm(const Options& options = {})
       : eps_(static_cast<T>(options.eps)), weight_({D}, core::Role::norm_gain, core::Init::ones()) {}
 
-  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y,
-               Saved& saved) const {
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& saved) const {
     check(x, y, "forward", "y");
     saved.x = x;
     saved.rstd = ws.template allocate<T*>("rmsnorm.rstd", x.extent(0) * x.extent(1));
-    kernels::rmsnorm_forward<T>(Space{}, core::as_matrix(x), weight_.value(), eps_, core::as_matrix(y),
-                                saved.rstd);
+    kernels::rmsnorm_forward<T>(Space{}, core::as_matrix(x), weight_.value(), eps_, core::as_matrix(y), saved.rstd);
   }
 
-  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy,
-                Tensor<T***, Space> dx) {
+  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     check(saved.x, dy, "backward", "dy");
     check(saved.x, dx, "backward", "dx");
-    kernels::rmsnorm_backward<T>(Space{}, core::as_matrix(saved.x), weight_.value(), saved.rstd,
-                                 core::as_matrix(dy), core::as_matrix(dx), weight_.grad());
+    kernels::rmsnorm_backward<T>(Space{}, core::as_matrix(saved.x), weight_.value(), saved.rstd, core::as_matrix(dy),
+                                 core::as_matrix(dx), weight_.grad());
   }
 
   template <class Visit>

@@ -34,8 +34,8 @@ constexpr int rotary_dim_for(int head_dim, double fraction) {
 template <Scalar T, ExecutionSpace Space>
 class RotaryEmbedding {
  public:
-  using Heads4 = Kokkos::View<T****, Kokkos::LayoutRight, typename Space::memory_space,
-                              Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Heads4 =
+      Kokkos::View<T****, Kokkos::LayoutRight, typename Space::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   using ConstHeads4 = Kokkos::View<const T****, Kokkos::LayoutRight, typename Space::memory_space,
                                    Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   /// cos/sin of the angles of `time` positions from an offset: (time, rotary_dim / 2).
@@ -52,7 +52,8 @@ class RotaryEmbedding {
   double base() const { return base_; }
 
   Table table(core::Workspace<Space>& ws, std::int64_t time, std::int64_t offset) const {
-    Table t{ws.template allocate<T**>("rope.cos", time, rotary_ / 2), ws.template allocate<T**>("rope.sin", time, rotary_ / 2)};
+    Table t{ws.template allocate<T**>("rope.cos", time, rotary_ / 2),
+            ws.template allocate<T**>("rope.sin", time, rotary_ / 2)};
     kernels::rope_table<T>(Space{}, base_, offset, rotary_, t.cos, t.sin);
     return t;
   }
@@ -104,22 +105,20 @@ class Rope {
 
   explicit Rope(const Options& options = {}) : rope_(S.rotary_dim, options.base, "hybridseq::layers::Rope") {}
 
-  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y,
-               Saved& saved) const {
+  void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& saved) const {
     forward_at(ws, x, y, saved, 0);
   }
 
   /// Forward at positions `offset` .. `offset` + T − 1 (decoding continues a sequence).
-  void forward_at(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y,
-                  Saved& saved, std::int64_t offset) const {
+  void forward_at(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& saved,
+                  std::int64_t offset) const {
     check(x, y, "forward", "y");
     Kokkos::deep_copy(Space{}, y, x);
     saved.table = rope_.table(ws, x.extent(1), offset);
     rope_.rotate(heads(y), -1, saved.table);
   }
 
-  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy,
-                Tensor<T***, Space> dx) {
+  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     check(dy, dx, "backward", "dx");
     rope_.unrotate_into(heads(dy), heads(dx), saved.table);
   }

@@ -23,18 +23,20 @@ class TimeLinear {
   using execution_space = Space;
 
   explicit TimeLinear(double init_std)
-      : weight_({C, Hin}, core::Role::weight, core::Init::normal(init_std)), bias_({C}, core::Role::bias, core::Init::zeros()) {}
+      : weight_({C, Hin}, core::Role::weight, core::Init::normal(init_std)),
+        bias_({C}, core::Role::bias, core::Init::zeros()) {}
 
   void forward(Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
     const Space exec{};
     const std::int64_t b = x.extent(0), k = x.extent(2), xs = x.extent(1) * k, ys = y.extent(1) * k;
     const auto w = weight_.template shaped<T**>();
     for (std::int64_t i = 0; i < b; ++i)
-      kernels::gemm(exec, kernels::Op::none, kernels::Op::none, T(1), In(w.data(), C, Hin), In(x.data() + i * xs, Hin, k),
-                    T(0), Out(y.data() + i * ys, C, k));
+      kernels::gemm(exec, kernels::Op::none, kernels::Op::none, T(1), In(w.data(), C, Hin),
+                    In(x.data() + i * xs, Hin, k), T(0), Out(y.data() + i * ys, C, k));
     const auto p = bias_.value();
     Kokkos::parallel_for(
-        "hybridseq::layers::TimeLinear::bias", Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(exec, {0, 0, 0}, {b, C, k}),
+        "hybridseq::layers::TimeLinear::bias",
+        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(exec, {0, 0, 0}, {b, C, k}),
         KOKKOS_LAMBDA(std::int64_t bi, std::int64_t r, std::int64_t c) { y(bi, r, c) += p(r); });
   }
 
@@ -53,7 +55,8 @@ class TimeLinear {
     }
     const auto gp = bias_.grad();
     Kokkos::parallel_for(
-        "hybridseq::layers::TimeLinear::bias_grad", Kokkos::RangePolicy<Space>(exec, 0, C), KOKKOS_LAMBDA(std::int64_t r) {
+        "hybridseq::layers::TimeLinear::bias_grad", Kokkos::RangePolicy<Space>(exec, 0, C),
+        KOKKOS_LAMBDA(std::int64_t r) {
           T acc = 0;
           for (std::int64_t bi = 0; bi < b; ++bi)
             for (std::int64_t c = 0; c < k; ++c) acc += dy(bi, r, c);

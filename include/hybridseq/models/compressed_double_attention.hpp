@@ -23,6 +23,7 @@
 #include <optional>
 #include <string_view>
 
+#include "../compose/pre_norm_block.hpp"
 #include "../compose/repeat.hpp"
 #include "../compose/residual.hpp"
 #include "../core/check.hpp"
@@ -30,11 +31,10 @@
 #include "../core/time_slice.hpp"
 #include "../core/workspace.hpp"
 #include "../layers/ffn.hpp"
-#include "../layers/time_linear.hpp"
 #include "../layers/layer_norm.hpp"
+#include "../layers/time_linear.hpp"
 #include "double_attention.hpp"
 #include "language_model.hpp"
-#include "../compose/pre_norm_block.hpp"
 
 namespace hybridseq::models {
 
@@ -63,12 +63,15 @@ inline constexpr int compressed_rows = S.compressed > 0 ? S.compressed : S.histo
 template <CompressedDoubleShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class CompressedDoubleBlock {
   static constexpr int M = S.latents, Hist = S.history, C = detail::compressed_rows<S>, W = S.heads * S.head_dim;
-  static_assert(Hist >= 1 && C >= 1, "hybridseq::models::CompressedDoubleBlock: history and its compression must be non-empty");
+  static_assert(Hist >= 1 && C >= 1,
+                "hybridseq::models::CompressedDoubleBlock: history and its compression must be non-empty");
   using Norm = layers::LayerNorm<S.d_model, T, Space>;
-  using Attn = layers::DoubleAttention<layers::AttentionShape{S.d_model, S.heads, S.heads, S.head_dim, S.rope ? S.head_dim : 0,
-                                                      layers::Score::dot, false, false, true},
-                               layers::schemes::Bidirectional, M, T, Space>;
-  using Ffn = layers::Ffn<layers::FfnShape{S.d_model, S.ffn, layers::FfnKind::mlp, true, layers::Activation::gelu}, T, Space>;
+  using Attn =
+      layers::DoubleAttention<layers::AttentionShape{S.d_model, S.heads, S.heads, S.head_dim, S.rope ? S.head_dim : 0,
+                                                     layers::Score::dot, false, false, true},
+                              layers::schemes::Bidirectional, M, T, Space>;
+  using Ffn =
+      layers::Ffn<layers::FfnShape{S.d_model, S.ffn, layers::FfnKind::mlp, true, layers::Activation::gelu}, T, Space>;
   using FfnResidual = compose::PreNormResidual<Ffn, Norm>;
   using Compress = layers::TimeLinear<Hist, C, T, Space>;
 
@@ -96,15 +99,18 @@ class CompressedDoubleBlock {
   struct Saved {
     Tensor<const T***, Space> x;  // (B, n, D)
     typename Norm::Saved norm;
-    Tensor<T***, Space> normed;   // (B, n, D)
-    typename Attn::Saved attn;    // o (B, n, H·Dh)
-    Tensor<T***, Space> oc;       // (B, C + M, H·Dh) [o_c ; o_l]
-    Tensor<T***, Space> z;        // (B, C + M, D)
+    Tensor<T***, Space> normed;  // (B, n, D)
+    typename Attn::Saved attn;   // o (B, n, H·Dh)
+    Tensor<T***, Space> oc;      // (B, C + M, H·Dh) [o_c ; o_l]
+    Tensor<T***, Space> z;       // (B, C + M, D)
     typename FfnResidual::Saved ffn;
   };
 
   explicit CompressedDoubleBlock(const Options& o = {})
-      : norm_(o.norm), attn_(o.attention), compress_(o.compress_init_std), ffn_({.alpha = 1.0, .block = o.ffn, .norm = o.norm}) {}
+      : norm_(o.norm),
+        attn_(o.attention),
+        compress_(o.compress_init_std),
+        ffn_({.alpha = 1.0, .block = o.ffn, .norm = o.norm}) {}
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
     constexpr const char* api = "hybridseq::models::CompressedDoubleBlock::forward";
@@ -179,7 +185,8 @@ class CompressedDoubleBlock {
                        std::int64_t len) {
     Kokkos::parallel_for(
         "hybridseq::models::CompressedDoubleBlock::add_rows",
-        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {std::int64_t(to.extent(0)), len, std::int64_t(to.extent(2))}),
+        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0},
+                                                      {std::int64_t(to.extent(0)), len, std::int64_t(to.extent(2))}),
         KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t c) { to(i, t0 + t, c) += from(i, f0 + t, c); });
   }
 
@@ -191,7 +198,7 @@ class CompressedDoubleBlock {
 
 /// The Compressed Double Attention body: x (B, h + M, D) → CompressedDoubleBlock →
 /// (B, c + M, D) → Double Attention blocks ×(L−1) → the last M rows (the latents).
-/// Parameters `first.*`, `layers.<i>.*`; Options::later_layers = L − 1 (0 allowed).
+/// Parameters `first.*`, `layers.<i>.*`; Options::count = L layers (the first and L − 1 after).
 template <CompressedDoubleShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class CompressedDoubleBody {
   static constexpr int M = S.latents, C = detail::compressed_rows<S>;
@@ -202,12 +209,13 @@ class CompressedDoubleBody {
   static constexpr int d_in = S.d_model;
   static constexpr int d_out = S.d_model;
   using First = CompressedDoubleBlock<S, T, Space>;
-  using Block = typename DoubleAttentionBody<DoubleAttentionShape{S.d_model, S.heads, S.head_dim, S.latents, S.ffn, 0, S.rope},
-                                             T, Space>::Block;
+  using Block =
+      typename DoubleAttentionBody<DoubleAttentionShape{S.d_model, S.heads, S.head_dim, S.latents, S.ffn, 0, S.rope}, T,
+                                   Space>::Block;
   using Layers = compose::Repeat<Block>;
 
   struct Options {
-    int later_layers = 1;  // L − 1
+    int count = 2;  // L: the compressing first layer and L − 1 Double Attention blocks
     typename First::Options first{};
     typename Block::Options block{};
 
@@ -225,9 +233,8 @@ class CompressedDoubleBody {
   };
 
   explicit CompressedDoubleBody(const Options& o = {}) : first_(o.first) {
-    if (o.later_layers < 0)
-      fail<value_error>("hybridseq::models::CompressedDoubleBody", "later_layers must be >= 0, got ", o.later_layers);
-    if (o.later_layers > 0) layers_.emplace(typename Layers::Options{o.later_layers, o.block});
+    if (o.count < 1) fail<value_error>("hybridseq::models::CompressedDoubleBody", "count must be >= 1, got ", o.count);
+    if (o.count > 1) layers_.emplace(typename Layers::Options{o.count - 1, o.block});
   }
 
   static constexpr const char* model_name = "hybridseq::models::CompressedDoubleAttentionAr";
@@ -275,7 +282,7 @@ class CompressedDoubleBody {
 ///
 ///   ids (B, h + M) → E → CompressedDoubleBody → (B, M, D) → LN → head
 ///
-/// Loss on the last M targets (targets (B, n)); `logits` (B, M, V). Options::body.later_layers
+/// Loss on the last M targets (targets (B, n)); `logits` (B, M, V). Options::body.count
 /// = L − 1. Requires: n = h + M exactly (config_error naming the call).
 template <int Vocab, CompressedDoubleShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class CompressedDoubleAttentionAr

@@ -46,7 +46,9 @@ constexpr std::int64_t padded(std::int64_t count) {
 }
 
 /// The ECP paper's score-entry count per head: 2nm − m² (m × m blocks, n = s·m).
-constexpr std::int64_t ecp_paper_entries(std::int64_t n, std::int64_t m) { return 2 * n * m - m * m; }
+constexpr std::int64_t ecp_paper_entries(std::int64_t n, std::int64_t m) {
+  return 2 * n * m - m * m;
+}
 
 /// Fraction of the n² entries of full attention that ECP's blocks cover.
 constexpr double ecp_score_fraction(std::int64_t n, std::int64_t m) {
@@ -168,13 +170,14 @@ constexpr LayerCost compressed_double_layer(std::int64_t b, int layer) {
                      hist = S.history, n = hist + m, out = c + m;
   LayerCost k;
   k.visible_entries = attn::visible_entries<attn::Bidirectional>(hist) + attn::visible_entries<Latent>(n);
-  k.visited_entries = layers::visited_score_entries<attn::Bidirectional>(hist) + layers::visited_score_entries<Latent>(n);
+  k.visited_entries =
+      layers::visited_score_entries<attn::Bidirectional>(hist) + layers::visited_score_entries<Latent>(n);
   k.flops = detail::attention_flops(b, n, out, d, r, h, dh, k.visible_entries) + 2 * b * c * hist * (w + d) +
             detail::ffn_flops(b, out, d, S.ffn);
-  k.activation_bytes = detail::prenorm_bytes<T>(b, n, d) + padded<T>(b * n * r) + (S.rope ? 2 * padded<T>(n * (dh / 2)) : 0) +
-                       padded<T>(b * n * w) + padded<T>(b * h * hist) + padded<T>(b * h * m) /* o, lse */ +
-                       padded<T>(b * out * w) /* [o_c ; o_l] */ + padded<T>(b * out * d) /* z */ +
-                       detail::ffn_residual_bytes<T>(b, out, d, S.ffn);
+  k.activation_bytes = detail::prenorm_bytes<T>(b, n, d) + padded<T>(b * n * r) +
+                       (S.rope ? 2 * padded<T>(n * (dh / 2)) : 0) + padded<T>(b * n * w) + padded<T>(b * h * hist) +
+                       padded<T>(b * h * m) /* o, lse */ + padded<T>(b * out * w) /* [o_c ; o_l] */ +
+                       padded<T>(b * out * d) /* z */ + detail::ffn_residual_bytes<T>(b, out, d, S.ffn);
   return k;
 }
 

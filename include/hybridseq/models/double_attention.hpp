@@ -30,6 +30,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "../compose/pre_norm_block.hpp"
 #include "../compose/repeat.hpp"
 #include "../core/check.hpp"
 #include "../core/parameter.hpp"
@@ -41,7 +42,6 @@
 #include "../layers/layer_norm.hpp"
 #include "../layers/linear.hpp"
 #include "language_model.hpp"
-#include "../compose/pre_norm_block.hpp"
 
 namespace hybridseq::models {
 
@@ -77,12 +77,12 @@ class DoubleAttentionBody {
   using execution_space = Space;
   static constexpr int d_in = S.d_model;
   static constexpr int d_out = S.d_model;
-  using Attn = layers::DoubleAttention<detail::double_attention_shape<S>, detail::double_history_scheme<S>, M, T, Space>;
-  using Block = compose::PreNormBlock<Attn,
-                             layers::Ffn<layers::FfnShape{S.d_model, S.ffn, layers::FfnKind::mlp, true,
-                                                          layers::Activation::gelu},
-                                         T, Space>,
-                             layers::LayerNorm<S.d_model, T, Space>>;
+  using Attn =
+      layers::DoubleAttention<detail::double_attention_shape<S>, detail::double_history_scheme<S>, M, T, Space>;
+  using Block = compose::PreNormBlock<
+      Attn,
+      layers::Ffn<layers::FfnShape{S.d_model, S.ffn, layers::FfnKind::mlp, true, layers::Activation::gelu}, T, Space>,
+      layers::LayerNorm<S.d_model, T, Space>>;
   using Blocks = compose::Repeat<Block>;
   using Options = typename Blocks::Options;
   struct Saved {

@@ -41,6 +41,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "../compose/pre_norm_block.hpp"
 #include "../compose/repeat.hpp"
 #include "../core/check.hpp"
 #include "../core/parameter.hpp"
@@ -52,7 +53,6 @@
 #include "../layers/layer_norm.hpp"
 #include "../layers/linear.hpp"
 #include "language_model.hpp"
-#include "../compose/pre_norm_block.hpp"
 
 namespace hybridseq::models {
 
@@ -70,7 +70,9 @@ struct EcpShape {
 
 namespace detail {
 
-inline std::int64_t ecp_ring_first(std::int64_t length, std::int64_t kept) { return length - kept; }
+inline std::int64_t ecp_ring_first(std::int64_t length, std::int64_t kept) {
+  return length - kept;
+}
 
 }  // namespace detail
 
@@ -142,16 +144,16 @@ inline constexpr layers::AttentionShape ecp_attention_shape{
     S.d_model, S.heads, S.heads, S.head_dim, S.rope ? S.head_dim : 0, layers::Score::dot, false, false, true};
 
 template <EcpShape S, Scalar T, ExecutionSpace Space>
-using EcpAttentionOf = std::conditional_t<S.faithful, layers::EcpFaithfulAttention<ecp_attention_shape<S>, S.segment, T, Space>,
-                                          EcpAttention<ecp_attention_shape<S>, S.segment, T, Space>>;
+using EcpAttentionOf =
+    std::conditional_t<S.faithful, layers::EcpFaithfulAttention<ecp_attention_shape<S>, S.segment, T, Space>,
+                       EcpAttention<ecp_attention_shape<S>, S.segment, T, Space>>;
 
 /// One ECP block: x + Attn(LN(x)), then + FF(LN(·)), FF = Linear(d, f)–GELU–Linear(f, d).
 template <EcpShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-using EcpBlock = compose::PreNormBlock<EcpAttentionOf<S, T, Space>,
-                              layers::Ffn<layers::FfnShape{S.d_model, S.ffn, layers::FfnKind::mlp, true,
-                                                           layers::Activation::gelu},
-                                          T, Space>,
-                              layers::LayerNorm<S.d_model, T, Space>>;
+using EcpBlock = compose::PreNormBlock<
+    EcpAttentionOf<S, T, Space>,
+    layers::Ffn<layers::FfnShape{S.d_model, S.ffn, layers::FfnKind::mlp, true, layers::Activation::gelu}, T, Space>,
+    layers::LayerNorm<S.d_model, T, Space>>;
 
 /// ECP's body: Options::count EcpBlocks, refusing training / evaluation lengths that are not
 /// whole segments (decoding takes any length).
@@ -163,9 +165,9 @@ class EcpBody : public compose::Repeat<EcpBlock<S, T, Space>> {
 
   static void check_length(std::string_view api, std::int64_t t) {
     if (t % S.segment != 0 || t == 0)
-      fail<config_error>(api, "the sequence length T = ", t, " must be a positive multiple of the segment length m = ",
-                         S.segment, " (ECP splits n = s·m; pad to ",
-                         std::max<std::int64_t>(1, (t + S.segment - 1) / S.segment) * S.segment, ")");
+      fail<config_error>(
+          api, "the sequence length T = ", t, " must be a positive multiple of the segment length m = ", S.segment,
+          " (ECP splits n = s·m; pad to ", std::max<std::int64_t>(1, (t + S.segment - 1) / S.segment) * S.segment, ")");
   }
 };
 

@@ -89,15 +89,17 @@ class LanguageModel {
     typename Body::Saved body;
     Tensor<T***, Space> h;  // (B, R, D) body output, R = logit_time(T)
     typename FinalNorm::Saved norm;
-    Tensor<T***, Space> y;  // (B, R, D) normalised
+    Tensor<T***, Space> y;                  // (B, R, D) normalised
     Tensor<std::int32_t**, Space> targets;  // (B, R) the last R targets, when R < T
     typename Head::Saved head;
   };
 
   /// Rows of logits (and scored targets) for T input positions: T, or the body's output_time.
   static constexpr std::int64_t logit_time(std::int64_t t) {
-    if constexpr (requires { Body::output_time(t); }) return Body::output_time(t);
-    else return t;
+    if constexpr (requires { Body::output_time(t); })
+      return Body::output_time(t);
+    else
+      return t;
   }
 
   explicit LanguageModel(const Options& o = {})
@@ -116,9 +118,7 @@ class LanguageModel {
   }
 
   /// Accumulates every parameter gradient of dloss · loss.
-  void backward(core::Workspace<Space>& ws, const Saved& s, T dloss = T(1))
-    requires core::TrainableBranch<Body>
-  {
+  void backward(core::Workspace<Space>& ws, const Saved& s, T dloss = T(1)) requires core::TrainableBranch<Body> {
     core::WorkspaceScope scope(ws);
     const auto b = s.y.extent(0), r = s.y.extent(1), t = s.x.extent(1);
     auto dy = ws.template allocate_zeroed<T***>("lm.dy", b, r, d_model);
@@ -167,16 +167,11 @@ class LanguageModel {
     std::int64_t length = 0;  // tokens consumed
   };
 
-  State make_state(int batch) const
-    requires decodable
-  {
-    return State{core::make_state(body_, batch), 0};
-  }
+  State make_state(int batch) const requires decodable { return State{core::make_state(body_, batch), 0}; }
 
   /// Consumes ids (B, T) after everything in `st` and writes their logits (B, T, V).
-  void prefill(core::Workspace<Space>& ws, State& st, TokenIds<Space> ids, Tensor<T***, Space> logits) const
-    requires decodable
-  {
+  void prefill(core::Workspace<Space>& ws, State& st, TokenIds<Space> ids,
+               Tensor<T***, Space> logits) const requires decodable {
     core::WorkspaceScope scope(ws);
     const auto b = ids.extent(0), t = ids.extent(1);
     auto x = ws.template allocate<T***>("lm.x", b, t, d_model);
@@ -191,10 +186,10 @@ class LanguageModel {
     st.length += std::int64_t(t);
   }
   /// Appends ids (B, T) as context without logits, where the body can (PerceiverAR's history).
-  void absorb(core::Workspace<Space>& ws, State& st, TokenIds<Space> ids) const
-    requires decodable && requires(const Body& b, core::state_t<Body>& bs, Tensor<const T***, Space> x) {
-      b.absorb(ws, bs, x);
-    }
+  void absorb(core::Workspace<Space>& ws, State& st, TokenIds<Space> ids) const requires decodable &&
+      requires(const Body& b, core::state_t<Body>& bs, Tensor<const T***, Space> x) {
+    b.absorb(ws, bs, x);
+  }
   {
     core::WorkspaceScope scope(ws);
     auto x = ws.template allocate<T***>("lm.x", ids.extent(0), ids.extent(1), d_model);
@@ -204,14 +199,8 @@ class LanguageModel {
     st.length += std::int64_t(ids.extent(1));
   }
 
-  State snapshot(const State& st) const
-    requires decodable
-  {
-    return State{core::snapshot(body_, st.body), st.length};
-  }
-  void restore(State& st, const State& snap) const
-    requires decodable
-  {
+  State snapshot(const State& st) const requires decodable { return State{core::snapshot(body_, st.body), st.length}; }
+  void restore(State& st, const State& snap) const requires decodable {
     core::restore(body_, st.body, snap.body);
     st.length = snap.length;
   }
@@ -232,8 +221,10 @@ class LanguageModel {
   /// "<model>::<op>" for error messages: the body's model_name (e.g. "hybridseq::models::Ecp"),
   /// or "hybridseq::models::LanguageModel".
   static std::string api_of(const char* op) {
-    if constexpr (requires { Body::model_name; }) return std::string(Body::model_name) + "::" + op;
-    else return std::string("hybridseq::models::LanguageModel::") + op;
+    if constexpr (requires { Body::model_name; })
+      return std::string(Body::model_name) + "::" + op;
+    else
+      return std::string("hybridseq::models::LanguageModel::") + op;
   }
 
   /// The head's W: its own, or the embedding table when tied.

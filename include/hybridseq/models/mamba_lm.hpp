@@ -17,7 +17,9 @@ struct MambaLayer : compose::PreNormResidual<layers::Mamba<S, T, Space>, layers:
 };
 
 /// Cooper et al.'s tiny SSM layer: d_state 1 by default, expand 2, conv 4, dt_rank ⌈d/16⌉.
-constexpr layers::MambaShape cooper_ssm(int d_model, int d_state = 1) { return layers::MambaShape{d_model, d_state}; }
+constexpr layers::MambaShape cooper_ssm(int d_model, int d_state = 1) {
+  return layers::MambaShape{d_model, d_state};
+}
 
 template <int Vocab, layers::MambaShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 struct MambaLm : LanguageModel<Vocab, compose::Repeat<MambaLayer<S, T, Space>>, layers::RmsNorm<S.d_model, T, Space>> {

@@ -35,6 +35,7 @@
 #include <optional>
 #include <string_view>
 
+#include "../compose/pre_norm_block.hpp"
 #include "../compose/repeat.hpp"
 #include "../compose/residual.hpp"
 #include "../core/check.hpp"
@@ -45,7 +46,6 @@
 #include "../layers/ffn.hpp"
 #include "../layers/layer_norm.hpp"
 #include "language_model.hpp"
-#include "../compose/pre_norm_block.hpp"
 
 namespace hybridseq::models {
 
@@ -104,7 +104,7 @@ class PerceiverCrossBlock {
     typename Norm::Saved norm;
     Tensor<T***, Space> normed;  // (B, n, D)
     typename Attn::Saved attn;
-    Tensor<T***, Space> h;       // (B, M, D)
+    Tensor<T***, Space> h;  // (B, M, D)
     typename FfnResidual::Saved ffn;
   };
 
@@ -181,13 +181,15 @@ class PerceiverCrossBlock {
   static void add_rows(Tensor<const T***, Space> x, Tensor<T***, Space> h, std::int64_t t0) {
     Kokkos::parallel_for(
         "hybridseq::models::PerceiverCrossBlock::residual",
-        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {std::int64_t(h.extent(0)), std::int64_t(h.extent(1)), S.d_model}),
+        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
+            {0, 0, 0}, {std::int64_t(h.extent(0)), std::int64_t(h.extent(1)), S.d_model}),
         KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t d) { h(i, t, d) += x(i, t0 + t, d); });
   }
   static void add_rows_back(Tensor<const T***, Space> dh, Tensor<T***, Space> dx, std::int64_t t0) {
     Kokkos::parallel_for(
         "hybridseq::models::PerceiverCrossBlock::residual_backward",
-        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {std::int64_t(dh.extent(0)), std::int64_t(dh.extent(1)), S.d_model}),
+        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
+            {0, 0, 0}, {std::int64_t(dh.extent(0)), std::int64_t(dh.extent(1)), S.d_model}),
         KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t d) { dx(i, t0 + t, d) += dh(i, t, d); });
   }
 
@@ -197,7 +199,7 @@ class PerceiverCrossBlock {
 };
 
 /// PerceiverAR's body: embeddings x (B, n, D) → the M latents' features (B, M, D), as
-/// PerceiverCrossBlock followed by Options::latent_layers = L − 1 causal blocks over the
+/// PerceiverCrossBlock followed by L − 1 causal blocks (Options::count = L) over the
 /// latents. Parameters `cross.*`, `latent.<i>.*`.
 template <PerceiverArShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class PerceiverArBody {
@@ -212,11 +214,11 @@ class PerceiverArBody {
   using Cross = PerceiverCrossBlock<S, T, Space>;
   using LatentBlock =
       compose::PreNormBlock<layers::Attention<detail::perceiver_attention_shape<S>, layers::schemes::Causal, T, Space>,
-                   detail::PerceiverFfn<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
+                            detail::PerceiverFfn<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
   using Latent = compose::Repeat<LatentBlock>;
 
   struct Options {
-    int latent_layers = 1;  // L − 1 (0 allowed)
+    int count = 2;  // L: the cross-attention layer and L − 1 latent blocks
     typename Cross::Options cross{};
     typename LatentBlock::Options block{};
 
@@ -233,11 +235,10 @@ class PerceiverArBody {
   };
 
   explicit PerceiverArBody(const Options& o = {}) : cross_(o.cross) {
-    if (o.latent_layers < 0)
-      fail<value_error>("hybridseq::models::PerceiverArBody", "latent_layers must be >= 0, got ", o.latent_layers);
+    if (o.count < 1) fail<value_error>("hybridseq::models::PerceiverArBody", "count must be >= 1, got ", o.count);
     auto block = o.block;
     block.template layer<0>().block.max_cache = M;  // a latent cache never holds more than one window
-    if (o.latent_layers > 0) latent_.emplace(typename Latent::Options{o.latent_layers, block});
+    if (o.count > 1) latent_.emplace(typename Latent::Options{o.count - 1, block});
   }
 
   static constexpr const char* model_name = "hybridseq::models::PerceiverAr";
@@ -267,10 +268,10 @@ class PerceiverArBody {
 
   // ---- decoding (see the file comment) ----
   struct State {
-    typename Cross::State cross;       // layer 1: keys/values of every position so far
-    typename Latent::State latent;     // layers 2..L: the current window's latents
-    std::int64_t length = 0;           // positions consumed
-    std::int64_t window_start = 0;     // first position of the current latent window
+    typename Cross::State cross;    // layer 1: keys/values of every position so far
+    typename Latent::State latent;  // layers 2..L: the current window's latents
+    std::int64_t length = 0;        // positions consumed
+    std::int64_t window_start = 0;  // first position of the current latent window
   };
 
   /// Layer 1's cache holds Options::cross.attention.max_cache positions (history + latents).
@@ -345,7 +346,8 @@ class PerceiverArBody {
     core::check_shape(api, "x", x, core::dim(batch), core::T, core::dim(S.d_model));
     if (st.length + std::int64_t(x.extent(1)) > capacity)
       fail<config_error>(api, "layer 1's cache holds ", capacity, " positions; ", st.length, " used + ", x.extent(1),
-                         " new exceeds it (raise Options::body.cross.attention.max_cache, or ", layers::raise_max_cache_hint, ")");
+                         " new exceeds it (raise Options::body.cross.attention.max_cache, or ",
+                         layers::raise_max_cache_hint, ")");
   }
 
   void start_window(State& st, int batch) const {
@@ -359,11 +361,12 @@ class PerceiverArBody {
 
 /// The PerceiverAR language model: embedding → PerceiverArBody → LayerNorm → untied head,
 /// logits and loss on the M latent positions (LanguageModel with the body's output_time).
-/// Options::body.latent_layers = L − 1. Requires n ≥ M (config_error naming
+/// Options::body.count = L. Requires n ≥ M (config_error naming
 /// hybridseq::models::PerceiverAr::<call>).
 template <int Vocab, PerceiverArShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class PerceiverAr : public LanguageModel<Vocab, PerceiverArBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
-  static_assert(Vocab > 0 && S.latents >= 1, "hybridseq::models::PerceiverAr: needs a vocabulary and at least one latent");
+  static_assert(Vocab > 0 && S.latents >= 1,
+                "hybridseq::models::PerceiverAr: needs a vocabulary and at least one latent");
   using Base = LanguageModel<Vocab, PerceiverArBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
 
  public:

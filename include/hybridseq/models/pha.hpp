@@ -52,11 +52,11 @@ struct PhaShape {
   int heads;
   int kv_heads;
   int head_dim;
-  int gss_gate;       // F
-  int gss_ssm;        // H
-  int gss_state;      // N
-  int ffn_primary;    // r₁·E
-  int ffn_auxiliary;  // the narrower FFN
+  int gss_gate;                  // F
+  int gss_ssm;                   // H
+  int gss_state;                 // N
+  int ffn_primary;               // r₁·E
+  int ffn_auxiliary;             // the narrower FFN
   bool per_layer_scale = false;  // cosine temperature per layer instead of per head
 };
 
@@ -134,9 +134,9 @@ struct pha_block<S, L, PhaBranchList<Kinds...>, T, Space> {
   template <class B>
   using Normed = std::conditional_t<L.branch_norm, compose::SequentialBlock<B, layers::RmsNorm<D, T, Space>>, B>;
   template <class Block>
-  using Residual = std::conditional_t<L.residual == PhaResidual::deepnorm,
-                                      compose::DeepNorm<Block, layers::LayerNorm<D, T, Space>>,
-                                      compose::PreNormResidual<Block, layers::RmsNorm<D, T, Space>>>;
+  using Residual =
+      std::conditional_t<L.residual == PhaResidual::deepnorm, compose::DeepNorm<Block, layers::LayerNorm<D, T, Space>>,
+                         compose::PreNormResidual<Block, layers::RmsNorm<D, T, Space>>>;
   template <class Kind>
   using Layer = typename Kind::template layer<S, T, Space>;
 
@@ -254,9 +254,9 @@ template <int Vocab, PhaShape S, Scalar T = float, ExecutionSpace Space = Defaul
           class Branches = PhaPaperBranches>
 constexpr auto pha_ablations = []<std::size_t... K>(std::index_sequence<K...>) {
   constexpr std::size_t readings = detail::pha_readings.size(), full = (std::size_t(1) << Branches::size) - 1;
-  return boost::hana::make_tuple(
-      boost::hana::type_c<Pha<Vocab, S, detail::pha_readings[K % readings], T, Space,
-                              detail::branch_subset_t<full - K / readings, Branches>>>...);
-}(std::make_index_sequence<((std::size_t(1) << Branches::size) - 1) * detail::pha_readings.size()>{});
+  return boost::hana::make_tuple(boost::hana::type_c<Pha<Vocab, S, detail::pha_readings[K % readings], T, Space,
+                                                         detail::branch_subset_t<full - K / readings, Branches>>>...);
+}
+(std::make_index_sequence<((std::size_t(1) << Branches::size) - 1) * detail::pha_readings.size()>{});
 
 }  // namespace hybridseq::models

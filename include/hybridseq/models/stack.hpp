@@ -22,12 +22,14 @@ struct first_layer {
   using type = First;
 };
 template <class... Layers>
-using stack_norm = layers::LayerNorm<first_layer<Layers...>::type::d_in, typename first_layer<Layers...>::type::scalar_type,
-                                     typename first_layer<Layers...>::type::execution_space>;
+using stack_norm =
+    layers::LayerNorm<first_layer<Layers...>::type::d_in, typename first_layer<Layers...>::type::scalar_type,
+                      typename first_layer<Layers...>::type::execution_space>;
 }  // namespace detail
 
 template <int Vocab, class... Layers>
-struct Stack : LanguageModel<Vocab, compose::Repeat<compose::SequentialBlock<Layers...>>, detail::stack_norm<Layers...>> {
+struct Stack
+    : LanguageModel<Vocab, compose::Repeat<compose::SequentialBlock<Layers...>>, detail::stack_norm<Layers...>> {
   using Stack::LanguageModel::LanguageModel;
 };
 

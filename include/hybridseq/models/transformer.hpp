@@ -38,8 +38,14 @@ struct NeoxShape {
 /// Cooper et al.'s tiny TF layer: heads of size d summed, RoPE on 25 %, MLP 2d with SiLU,
 /// sliding window w (20 by default, 100 in their selective-copy run).
 constexpr NeoxShape cooper_tf(int d_model, int heads = 2, int window = 20) {
-  return NeoxShape{d_model, heads, d_model, layers::rotary_dim_for(d_model, 0.25), 2 * d_model, window,
-                   layers::HeadMerge::sum, layers::Activation::silu};
+  return NeoxShape{d_model,
+                   heads,
+                   d_model,
+                   layers::rotary_dim_for(d_model, 0.25),
+                   2 * d_model,
+                   window,
+                   layers::HeadMerge::sum,
+                   layers::Activation::silu};
 }
 
 namespace detail {
@@ -57,10 +63,10 @@ struct NeoxLayer
               layers::Attention<layers::AttentionShape{S.d_model, S.heads, S.heads, S.head_dim, S.rotary_dim,
                                                        layers::Score::dot, false, true, true, S.merge},
                                 detail::neox_scheme<S>, T, Space>>,
-          compose::SequentialBlock<layers::LayerNorm<S.d_model, T, Space>,
-                                   layers::Ffn<layers::FfnShape{S.d_model, S.mlp_width, layers::FfnKind::mlp, true,
-                                                                S.activation},
-                                               T, Space>>> {
+          compose::SequentialBlock<
+              layers::LayerNorm<S.d_model, T, Space>,
+              layers::Ffn<layers::FfnShape{S.d_model, S.mlp_width, layers::FfnKind::mlp, true, S.activation}, T,
+                          Space>>> {
   using NeoxLayer::ParallelBlock::ParallelBlock;
 };
 

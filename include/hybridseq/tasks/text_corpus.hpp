@@ -293,8 +293,7 @@ class ByteCorpus {
 
   static Batch empty_batch(int batch, int len) {
     const auto count = static_cast<std::size_t>(batch) * static_cast<std::size_t>(len);
-    return Batch{batch, len, std::vector<std::int32_t>(count, 0),
-                     std::vector<std::int32_t>(count, null_target)};
+    return Batch{batch, len, std::vector<std::int32_t>(count, 0), std::vector<std::int32_t>(count, null_target)};
   }
 
   std::vector<std::uint8_t> bytes_;

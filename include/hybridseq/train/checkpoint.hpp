@@ -23,8 +23,8 @@
 namespace hybridseq::train {
 
 struct CheckpointInfo {
-  std::int64_t step = 0;        // optimizer steps completed
-  std::uint64_t data_seed = 0;  // the batch stream: batch k = f(data_seed, k)
+  std::int64_t step = 0;                          // optimizer steps completed
+  std::uint64_t data_seed = 0;                    // the batch stream: batch k = f(data_seed, k)
   std::map<std::string, std::string> metadata{};  // free-form (model, task, ...)
 };
 
@@ -59,7 +59,8 @@ CheckpointInfo load_checkpoint(const std::filesystem::path& path, Model& model, 
   const auto& meta = file.metadata();
   auto number = [&](const char* key) -> std::string {
     const auto it = meta.find(key);
-    if (it == meta.end()) fail<io_error>(api, path.string(), " is not a hybridseq checkpoint (no '", key, "' metadata)");
+    if (it == meta.end())
+      fail<io_error>(api, path.string(), " is not a hybridseq checkpoint (no '", key, "' metadata)");
     return it->second;
   };
   if (number("hybridseq.checkpoint") != "1")

@@ -81,7 +81,8 @@ struct PerceiverCross {
   static constexpr std::int64_t query_count(std::int64_t) { return M; }
   static void check(std::string_view api, std::int64_t n) {
     if (n < M)
-      fail<config_error>(api, "PerceiverAR cross-attention needs at least ", M, " positions (the latents), got T = ", n);
+      fail<config_error>(api, "PerceiverAR cross-attention needs at least ", M,
+                         " positions (the latents), got T = ", n);
   }
 };
 
@@ -116,7 +117,8 @@ struct Bidirectional {
 template <class Scheme>
 constexpr std::int64_t visible_entries(std::int64_t n) {
   std::int64_t total = 0;
-  for (std::int64_t t = n - Scheme::query_count(n); t < n; ++t) total += Scheme::key_end(t, n) - Scheme::key_begin(t, n);
+  for (std::int64_t t = n - Scheme::query_count(n); t < n; ++t)
+    total += Scheme::key_end(t, n) - Scheme::key_begin(t, n);
   return total;
 }
 

@@ -58,8 +58,8 @@ template <class T>
 struct AttentionGrads {
   HeadRows<const T> d_o;  // (B, Tq, H, Dh)
   HeadRows<T> dq, dk, dv;
-  T* delta = nullptr;      // (B, H, Tq) scratch: rowsum(dO ⊙ O)
-  T* dalpha = nullptr;     // (B, H, n_query_tiles) partial Σ dS ⊙ S / α, or nullptr
+  T* delta = nullptr;   // (B, H, Tq) scratch: rowsum(dO ⊙ O)
+  T* dalpha = nullptr;  // (B, H, n_query_tiles) partial Σ dS ⊙ S / α, or nullptr
 };
 
 inline constexpr int tile_q = 64;
@@ -81,8 +81,10 @@ std::int64_t first_query_seeing(std::int64_t k0, std::int64_t q0, std::int64_t t
   std::int64_t lo = 0, hi = tq;  // first i with key_end(q0 + i) > k0
   while (lo < hi) {
     const std::int64_t mid = (lo + hi) / 2;
-    if (Scheme::key_end(q0 + mid, n) > k0) hi = mid;
-    else lo = mid + 1;
+    if (Scheme::key_end(q0 + mid, n) > k0)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   return lo;
 }
@@ -91,8 +93,10 @@ std::int64_t end_query_seeing(std::int64_t k1, std::int64_t q0, std::int64_t tq,
   std::int64_t lo = 0, hi = tq;  // first i with key_begin(q0 + i) ≥ k1
   while (lo < hi) {
     const std::int64_t mid = (lo + hi) / 2;
-    if (Scheme::key_begin(q0 + mid, n) >= k1) hi = mid;
-    else lo = mid + 1;
+    if (Scheme::key_begin(q0 + mid, n) >= k1)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   return lo;
 }
@@ -252,14 +256,15 @@ struct BackwardKV {
         const bool interior = tile_is_interior<Scheme, T>(p_first, p_first + rows - 1, k0, cols, n);
         probabilities<Scheme>(p, a.lse + (b * a.heads + h) * a.tq + i0, p_first, rows, k0, cols, n, interior);
         // dV += Pᵀ dO
-        host_gemm<T>(Op::transpose, Op::none, cols, dh, rows, T(1), p, tile_k, g.d_o.row(b, i0, h),
-                     g.d_o.time_stride, T(1), dv, dh);
+        host_gemm<T>(Op::transpose, Op::none, cols, dh, rows, T(1), p, tile_k, g.d_o.row(b, i0, h), g.d_o.time_stride,
+                     T(1), dv, dh);
         // dP = dO Vᵀ, then dS = P ⊙ (dP − Δ)
         host_gemm<T>(Op::none, Op::transpose, rows, cols, dh, T(1), g.d_o.row(b, i0, h), g.d_o.time_stride,
                      a.v.row(b, k0, hk), a.v.time_stride, T(0), dp, tile_k);
         const T* delta = g.delta + (b * a.heads + h) * a.tq + i0;
         for (std::int64_t r = 0; r < rows; ++r)
-          for (std::int64_t c = 0; c < cols; ++c) dp[r * tile_k + c] = p[r * tile_k + c] * (dp[r * tile_k + c] - delta[r]);
+          for (std::int64_t c = 0; c < cols; ++c)
+            dp[r * tile_k + c] = p[r * tile_k + c] * (dp[r * tile_k + c] - delta[r]);
         // dK += α dSᵀ Q
         host_gemm<T>(Op::transpose, Op::none, cols, dh, rows, alpha, dp, tile_k, a.q.row(b, i0, h), a.q.time_stride,
                      T(1), dk, dh);
@@ -313,13 +318,14 @@ struct BackwardQ {
       host_gemm<T>(Op::none, Op::transpose, rows, cols, dh, T(1), g.d_o.row(b, i0, h), g.d_o.time_stride,
                    a.v.row(b, k0, hk), a.v.time_stride, T(0), dp, tile_k);
       for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c = 0; c < cols; ++c) dp[r * tile_k + c] = p[r * tile_k + c] * (dp[r * tile_k + c] - delta[r]);
+        for (std::int64_t c = 0; c < cols; ++c)
+          dp[r * tile_k + c] = p[r * tile_k + c] * (dp[r * tile_k + c] - delta[r]);
       if (g.dalpha)
         for (std::int64_t r = 0; r < rows; ++r)
           for (std::int64_t c = 0; c < cols; ++c) dalpha += double(dp[r * tile_k + c]) * double(scores[r * tile_k + c]);
       // dQ += α dS K
-      host_gemm<T>(Op::none, Op::none, rows, dh, cols, alpha, dp, tile_k, a.k.row(b, k0, hk), a.k.time_stride, T(1),
-                   dq, dh);
+      host_gemm<T>(Op::none, Op::none, rows, dh, cols, alpha, dp, tile_k, a.k.row(b, k0, hk), a.k.time_stride, T(1), dq,
+                   dh);
     }
     for (std::int64_t r = 0; r < rows; ++r) {
       T* out = g.dq.row(b, i0 + r, h);
@@ -346,7 +352,9 @@ void launch(const char* label, const Space& exec, std::int64_t tasks, std::size_
 
 }  // namespace detail
 
-inline std::int64_t query_tiles(std::int64_t tq) { return (tq + tile_q - 1) / tile_q; }
+inline std::int64_t query_tiles(std::int64_t tq) {
+  return (tq + tile_q - 1) / tile_q;
+}
 
 /// O and LSE for every query row.
 template <class Scheme, class T, class Space>
@@ -364,8 +372,8 @@ template <class Scheme, class T, class Space>
 void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads<T>& g) {
   detail::require_host<Space>("backward");
   if (a.batch * a.tq == 0) return;
-  Kokkos::parallel_for("hybridseq::kernels::attention::delta", Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.heads * a.tq),
-                       detail::Delta<T, Space>{a, g});
+  Kokkos::parallel_for("hybridseq::kernels::attention::delta",
+                       Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.heads * a.tq), detail::Delta<T, Space>{a, g});
   const std::int64_t nk = (a.tk + tile_k - 1) / tile_k, nq = query_tiles(a.tq);
   detail::launch("hybridseq::kernels::attention::backward_kv[tiled]", exec, a.batch * a.kv_heads * nk,
                  detail::BackwardKV<Scheme, T, Space>::scratch_bytes(a.head_dim),

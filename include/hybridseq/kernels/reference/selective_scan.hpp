@@ -68,8 +68,8 @@ void selective_scan_backward(const U& u, const Dt& dt, const Bias& dt_bias, cons
       for (std::int64_t d = 0; d < di; ++d) {
         const T delta = softplus<T>(T(dt(b, t, d)) + T(dt_bias(d)));
         for (std::int64_t n = 0; n < ns; ++n)
-          hs[at(b, t + 1, d, n)] = std::exp(delta * a[d * ns + n]) * hs[at(b, t, d, n)] +
-                                   delta * T(u(b, t, d)) * T(bm(b, t, n));
+          hs[at(b, t + 1, d, n)] =
+              std::exp(delta * a[d * ns + n]) * hs[at(b, t, d, n)] + delta * T(u(b, t, d)) * T(bm(b, t, n));
       }
   std::vector<T> dh(di * ns);
   for (std::int64_t b = 0; b < nb; ++b) {
