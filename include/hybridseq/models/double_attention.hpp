@@ -16,7 +16,7 @@
 ///
 /// History outputs see "future" history tokens, which is harmless because the loss is on the
 /// latents only. Blocks are the reference's pre-norm ones (PreNormBlock), the head a final
-/// LayerNorm + untied head applied to the M latent rows. Both attentions are the shared tiled
+/// LayerNorm + LM head applied to the M latent rows. Both attentions are the shared tiled
 /// kernel, called twice on the same fused QKV buffer.
 ///
 /// Clean form: separate Q, K, V (fused), RoPE over the whole head in every layer. The reference

@@ -12,7 +12,7 @@
 ///
 ///   x ← x + Attn(LN(x));   x ← x + FF(LN(x)),   FF = Linear(d, f) – GELU – Linear(f, d)
 ///
-/// and the head is a final LayerNorm + untied linear head (LanguageModel). The attention runs
+/// and the head is a final LayerNorm + linear head (LanguageModel). The attention runs
 /// on the shared tiled kernel through the `EcpPairs<m>` segment scheme.
 ///
 /// Two forms, chosen by `EcpShape::faithful`:
@@ -171,7 +171,7 @@ class EcpBody : public compose::Repeat<EcpBlock<S, T, Space>> {
   }
 };
 
-/// The ECP language model: Options::body.count blocks, final LayerNorm, untied head.
+/// The ECP language model: Options::body.count blocks, final LayerNorm, LM head (tied or not).
 ///
 /// Requires: training / evaluation / logits on T a multiple of S.segment (config_error naming
 /// the call otherwise; pad the batch). Decoding (make_state / prefill) takes any length.

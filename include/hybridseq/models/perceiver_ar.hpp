@@ -8,7 +8,7 @@
 ///                n positions (latent p sees inputs ≤ p); residual from the latent rows:
 ///                h = x[:, n−M:] + Attn(LN(x)),  h ← h + FF(LN(h))          (B, n, D) → (B, M, D)
 ///   layers 2..L  causal self-attention over the M latents only (PreNormBlock)
-///   head         final LayerNorm + untied linear head; loss on the M latent positions only
+///   head         final LayerNorm + linear head; loss on the M latent positions only
 ///
 /// Score entries: n·M − M(M−1)/2 in layer 1 (≈ n·M), M(M+1)/2 per later layer (≈ M²). Both
 /// attentions are `layers::Attention` on the shared tiled kernel, through the
@@ -359,7 +359,7 @@ class PerceiverArBody {
   std::optional<Latent> latent_;
 };
 
-/// The PerceiverAR language model: embedding → PerceiverArBody → LayerNorm → untied head,
+/// The PerceiverAR language model: embedding → PerceiverArBody → LayerNorm → LM head,
 /// logits and loss on the M latent positions (LanguageModel with the body's output_time).
 /// Options::body.count = L. Requires n ≥ M (config_error naming
 /// hybridseq::models::PerceiverAr::<call>).

@@ -178,7 +178,7 @@ template <PhaShape S, PhaLayout L = PhaLayout{}, Scalar T = float, ExecutionSpac
           class Branches = PhaPaperBranches>
 using PhaBlock = typename detail::pha_block<S, L, Branches, T, Space>::type;
 
-/// The PHA language model: `Options::body.count` blocks, final RMSNorm, untied head.
+/// The PHA language model: `Options::body.count` blocks, final RMSNorm, LM head (tied or not).
 /// α = (2N)^{1/4} and β = (8N)^{-1/4} with N the number of residual sub-layers (blocks, or
 /// blocks × branches when sequential) are set from the depth unless given.
 template <int Vocab, PhaShape S, PhaLayout L = PhaLayout{}, Scalar T = float, ExecutionSpace Space = DefaultSpace,

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// Stack<Vocab, Layers...>: a layer pattern repeated `Options::body.count` times, with a
-/// final LayerNorm and an untied head — SSM→attention hybrids and every per-layer pattern:
+/// final LayerNorm and an LM head — SSM→attention hybrids and every per-layer pattern:
 ///
 ///   Stack<V, MambaLayer<s>, NeoxLayer<t>>                  Cooper's [SSM, TF]
 ///   Stack<V, MambaLayer<s>, NeoxLayer<t>, NeoxLayer<t>>    Cooper's [SSM, TF, TF]

@@ -70,7 +70,7 @@ struct NeoxLayer
   using NeoxLayer::ParallelBlock::ParallelBlock;
 };
 
-/// A stack of NeoX layers with a final LayerNorm and an untied head. Options::body.count is
+/// A stack of NeoX layers with a final LayerNorm and an LM head. Options::body.count is
 /// the depth.
 template <int Vocab, NeoxShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 struct Transformer
