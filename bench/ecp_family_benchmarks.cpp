@@ -132,14 +132,7 @@ void register_space() {
   }
 }
 
-void register_ecp_family_benchmarks() {
-  register_space<Kokkos::Serial>();
-#if HYBRIDSEQ_HAS_OPENMP
-  register_space<Kokkos::OpenMP>();
-#endif
-}
-
-const Registration registration(&register_ecp_family_benchmarks);
+const Registration registration([] { for_each_host_space([]<class Space>() { register_space<Space>(); }); });
 
 }  // namespace
 }  // namespace hybridseq::bench

@@ -305,14 +305,7 @@ void register_space() {
       ->UseRealTime();
 }
 
-void register_gss_benchmarks() {
-  register_space<Kokkos::Serial>();
-#if HYBRIDSEQ_HAS_OPENMP
-  register_space<Kokkos::OpenMP>();
-#endif
-}
-
-const Registration registration(&register_gss_benchmarks);
+const Registration registration([] { for_each_host_space([]<class Space>() { register_space<Space>(); }); });
 
 }  // namespace
 }  // namespace hybridseq::bench

@@ -202,15 +202,10 @@ void register_space() {
       ->UseRealTime();
 }
 
-void register_mamba_benchmarks() {
+const Registration registration([] {
   benchmark::AddCustomContext("selective_scan_isa", kernels::selective_scan_isa());
-  register_space<Kokkos::Serial>();
-#if HYBRIDSEQ_HAS_OPENMP
-  register_space<Kokkos::OpenMP>();
-#endif
-}
-
-const Registration registration(&register_mamba_benchmarks);
+  for_each_host_space([]<class Space>() { register_space<Space>(); });
+});
 
 }  // namespace
 }  // namespace hybridseq::bench

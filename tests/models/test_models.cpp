@@ -186,6 +186,44 @@ TEST_CASE("models: attention max_cache and rope_base reach every attention of a 
   check_attention_options_reach<cases::PhaTiny::Layer<float, Kokkos::Serial>>("PHA", true);
 }
 
+TEST_CASE("models: a refused prefill leaves every layer's state unchanged ([SSM, TF, TF], PHA)",
+          "[models][host][decode]") {
+  const auto check = []<class Model>(Model*, const char* name) {
+    using Space = Kokkos::Serial;
+    constexpr int v = Model::vocab;
+    typename Model::Options o;
+    o.body.count = 1;
+    core::for_each_option<layers::AttentionOptions>(o, [](auto& a) { a.max_cache = 8; });
+    Model model(o);
+    core::initialize(model, 5);
+    core::Workspace<Space> ws;
+    const auto ids = [](int b, int t, int from) {
+      Tensor<std::int32_t**, Space> out("ids", b, t);
+      auto h = Kokkos::create_mirror_view(out);
+      for (int i = 0; i < b; ++i)
+        for (int j = 0; j < t; ++j) h(i, j) = std::int32_t((3 * (from + j) + i) % v);
+      Kokkos::deep_copy(out, h);
+      return out;
+    };
+    auto st = model.make_state(1), fresh = model.make_state(1);
+    Tensor<float***, Space> out6("out6", 1, 6, v), out4("out4", 1, 4, v), out2("out2", 1, 2, v), out2b("b", 1, 2, v);
+    model.prefill(ws, st, ids(1, 6, 0), out6);
+    model.prefill(ws, fresh, ids(1, 6, 0), out6);
+    INFO(name);
+    REQUIRE_THROWS_WITH(model.prefill(ws, st, ids(1, 4, 6), out4),
+                        Catch::Contains("KV cache holds 8 positions; 6 used + 4 new exceeds it"));
+    Tensor<float***, Space> wrong("wrong", 2, 1, v);
+    REQUIRE_THROWS_WITH(model.prefill(ws, st, ids(2, 1, 6), wrong),
+                        Catch::Contains("x holds 2 sequences; the decoding state holds 1"));
+    CHECK(st.length == 6);
+    model.prefill(ws, st, ids(1, 2, 6), out2);  // continues as if the refused calls never happened
+    model.prefill(ws, fresh, ids(1, 2, 6), out2b);
+    CHECK(testing::to_vector(out2) == testing::to_vector(out2b));
+  };
+  check(static_cast<cases::HybridTiny<float, Kokkos::Serial>*>(nullptr), "Stack [SSM, TF, TF]");
+  check(static_cast<cases::PhaTiny::Layer<float, Kokkos::Serial>*>(nullptr), "PHA");
+}
+
 TEST_CASE("models: PHA sets DeepNorm's alpha from its depth; beta-init scales V, W_o and FFNs", "[models][host]") {
   using Pha = models::Pha<11, cases::pha_tiny, models::PhaLayout{.branch_norm = false}, double, Kokkos::Serial>;
   typename Pha::Options o;

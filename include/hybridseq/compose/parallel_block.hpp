@@ -127,6 +127,9 @@ class ParallelBlock {
     typename Mixer::Saved unused;
     mixer_.forward(h, y, unused);
   }
+  void check_fits(const State& st, std::int64_t batch, std::int64_t time) const requires decodable {
+    core::check_states_fit(branches_, st, batch, time);
+  }
   State snapshot(const State& st) const requires decodable { return core::snapshot_states(branches_, st); }
   void restore(State& st, const State& snap) const requires decodable { core::restore_states(branches_, st, snap); }
 

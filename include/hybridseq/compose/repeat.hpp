@@ -97,6 +97,9 @@ class Repeat {
       in = out;
     }
   }
+  void check_fits(const State& st, std::int64_t batch, std::int64_t time) const requires decodable {
+    for (int i = 0; i < size(); ++i) core::check_fits(blocks_[i], st.block[i], batch, time);
+  }
   State snapshot(const State& st) const requires decodable {
     State out;
     for (int i = 0; i < size(); ++i) out.block.push_back(core::snapshot(blocks_[i], st.block[i]));

@@ -80,6 +80,9 @@ class ResidualParts {
   using State = core::state_t<Block>;
 
   State make_state(int batch) const requires decodable { return core::make_state(block_, batch); }
+  void check_fits(const State& st, std::int64_t batch, std::int64_t time) const requires decodable {
+    core::check_fits(block_, st, batch, time);
+  }
   State snapshot(const State& st) const requires decodable { return core::snapshot(block_, st); }
   void restore(State& st, const State& snap) const requires decodable { core::restore(block_, st, snap); }
 

@@ -109,6 +109,9 @@ class SequentialBlock {
       in = out;
     });
   }
+  void check_fits(const State& st, std::int64_t batch, std::int64_t time) const requires decodable {
+    core::check_states_fit(layers_, st, batch, time);
+  }
   State snapshot(const State& st) const requires decodable { return core::snapshot_states(layers_, st); }
   void restore(State& st, const State& snap) const requires decodable { core::restore_states(layers_, st, snap); }
 

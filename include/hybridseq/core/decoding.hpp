@@ -12,6 +12,7 @@
 /// a faster one-token path); a position-wise layer decodes by its forward on the new tokens.
 /// Compositions fan the protocol over their children with the *_states helpers below.
 
+#include <cstdint>
 #include <type_traits>
 
 #include "concepts.hpp"
@@ -66,6 +67,15 @@ void prefill(const L& layer, Workspace<typename L::execution_space>& ws, state_t
   }
 }
 
+/// Refuses, before any state changes, continuing `batch` sequences by `time` tokens that the
+/// state cannot take (a KV cache without room, a state of another batch). Layers with such
+/// limits say so with a `check_fits(state, batch, time)` member; compositions ask every child,
+/// so a model refuses a call before its first layer consumes anything.
+template <DecodableBranch L>
+void check_fits(const L& layer, const state_t<L>& state, std::int64_t batch, std::int64_t time) {
+  if constexpr (requires { layer.check_fits(state, batch, time); }) layer.check_fits(state, batch, time);
+}
+
 /// An independent deep copy of a state.
 template <DecodableBranch L>
 state_t<L> snapshot(const L& layer, const state_t<L>& state) {
@@ -92,6 +102,12 @@ states_t<Ls...> make_states(const FlatTuple<Ls...>& children, int batch) {
   states_t<Ls...> st;
   for_each_indexed(children, [&](const auto& child, auto i) { get<i>(st) = make_state(child, batch); });
   return st;
+}
+
+template <class... Ls>
+void check_states_fit(const FlatTuple<Ls...>& children, const states_t<Ls...>& st, std::int64_t batch,
+                      std::int64_t time) {
+  for_each_indexed(children, [&](const auto& child, auto i) { check_fits(child, get<i>(st), batch, time); });
 }
 
 template <class... Ls>

@@ -148,6 +148,12 @@ class Attention {
     state.length = p + t;
   }
 
+  /// Refuses, before anything changes, `time` more positions of `batch` sequences that the
+  /// cache cannot take.
+  void check_fits(const State& state, std::int64_t batch, std::int64_t time) const {
+    check_room("hybridseq::layers::Attention::prefill", state, batch, time);
+  }
+
   /// Appends x (B, T, D) to the KV cache without computing outputs: positions whose keys and
   /// values later queries read but whose own queries nobody needs (PerceiverAR's history).
   void append(core::Workspace<Space>& ws, State& state, Tensor<const T***, Space> x) const {
@@ -233,6 +239,14 @@ class Attention {
             s.q0};
   }
 
+  static void check_room(const char* api, const State& state, std::int64_t batch, std::int64_t time) {
+    if (batch != std::int64_t(state.k.extent(0)))
+      fail<shape_error>(api, "x holds ", batch, " sequences; the decoding state holds ", state.k.extent(0));
+    if (state.length + time > std::int64_t(state.k.extent(1)))
+      fail<config_error>(api, "KV cache holds ", state.k.extent(1), " positions; ", state.length, " used + ", time,
+                         " new exceeds it (", raise_max_cache_hint, ")");
+  }
+
   /// Decoding: projects x (B, T, D) at positions state.length.. into s.qkv (RoPE, normalised)
   /// and writes its keys and values into the cache after them; the caller advances
   /// state.length once nothing else can fail.
@@ -243,9 +257,7 @@ class Attention {
                   "token (its queries see future positions)");
     core::check_shape(api, "x", x, core::dim(state.k.extent(0)), core::T, core::dim(S.d_model));
     const std::int64_t b = x.extent(0), t = x.extent(1), p = state.length;
-    if (p + t > std::int64_t(state.k.extent(1)))
-      fail<config_error>(api, "KV cache holds ", state.k.extent(1), " positions; ", p, " used + ", t,
-                         " new exceeds it (", raise_max_cache_hint, ")");
+    check_room(api, state, b, t);
     s.qkv = ws.template allocate<T***>("attention.qkv", b, t, rows_qkv);
     wqkv_.forward(ws, x, s.qkv, s.qkv_in);
     core_.position(ws, heads_of(s.qkv), rotated_heads, p, s.positions);

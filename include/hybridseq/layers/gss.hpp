@@ -259,6 +259,13 @@ class Gss {
   /// consumed and x. Re-discretises the modes from the current parameters first. With
   /// mixing = fft: the FFT convolution, plus the carried state's readout when the state is
   /// not fresh, and the new state by Vandermonde GEMMs (no O(T·H·N) recurrence).
+  /// Refuses, before anything changes, a continuation of another batch than the state's.
+  void check_fits(const State& st, std::int64_t batch, std::int64_t) const {
+    if (batch != st.batch())
+      fail<shape_error>("hybridseq::layers::Gss::prefill", "x holds ", batch, " sequences; the decoding state holds ",
+                        st.batch());
+  }
+
   void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
     const char* api = "hybridseq::layers::Gss::prefill";
     core::check_shape(api, "x", x, core::dim(st.batch()), core::T, core::dim(E));

@@ -327,6 +327,13 @@ class Mamba {
   /// Consumes x (B, T, D) from the state and writes y (B, T, D): equal, up to rounding, to
   /// `forward` on everything the state has consumed followed by x. Leaves the last K − 1 conv
   /// inputs and the final h in the state.
+  /// Refuses, before anything changes, a continuation of another batch than the state's.
+  void check_fits(const State& st, std::int64_t batch, std::int64_t) const {
+    if (batch != st.batch())
+      fail<shape_error>("hybridseq::layers::Mamba::prefill", "x holds ", batch, " sequences; the decoding state holds ",
+                        st.batch());
+  }
+
   void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x, Tensor<T***, Space> y) const {
     const char* api = "hybridseq::layers::Mamba::prefill";
     core::check_shape(api, "x", x, core::dim(st.batch()), core::T, core::dim(D));

@@ -174,6 +174,7 @@ class LanguageModel {
                Tensor<T***, Space> logits) const requires decodable {
     core::WorkspaceScope scope(ws);
     const auto b = ids.extent(0), t = ids.extent(1);
+    core::check_fits(body_, st.body, std::int64_t(b), std::int64_t(t));  // before any layer moves
     auto x = ws.template allocate<T***>("lm.x", b, t, d_model);
     typename Embed::Saved es;
     embed_.forward(ws, ids, x, es);
