@@ -183,9 +183,7 @@ class Attention {
     drop_oldest_rows<T, Space>(k, kept, count);
     drop_oldest_rows<T, Space>(state.v, kept, count);
     Space().fence();
-    for (std::size_t i = 0; i < k.extent(0); ++i)
-      core_.reposition(
-          ws, Heads4(k.data() + i * k.extent(1) * S.kv_heads * S.head_dim, 1, kept, S.kv_heads, S.head_dim), count, 0);
+    core_.reposition(ws, Heads4(k.data(), k.extent(0), k.extent(1), S.kv_heads, S.head_dim), kept, count, 0);
     state.length = kept;
   }
 

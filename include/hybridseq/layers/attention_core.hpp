@@ -236,10 +236,12 @@ class AttentionCore {
     if constexpr (S.rotary_dim > 0) rope_.unrotate(dheads, rotated, p.rope);
   }
 
-  /// Keys positioned for positions from.. re-positioned for to.. (a cache whose rows move;
-  /// normalisation commutes with the rotation).
-  void reposition(core::Workspace<Space>& ws, const Heads4& keys, std::int64_t from, std::int64_t to) const {
-    if constexpr (S.rotary_dim > 0) rope_.move(ws, keys, from, to);
+  /// The first `rows` keys of every sequence of a cache (B, capacity, Hkv, Dh), positioned
+  /// for positions from.., re-positioned for to.. (a cache whose rows move; normalisation
+  /// commutes with the rotation).
+  void reposition(core::Workspace<Space>& ws, const Heads4& cache, std::int64_t rows, std::int64_t from,
+                  std::int64_t to) const {
+    if constexpr (S.rotary_dim > 0) rope_.move(ws, cache, rows, from, to);
   }
 
   /// o and lse of one pass under Scheme.

@@ -69,12 +69,19 @@ class RotaryEmbedding {
   void unrotate_into(const ConstHeads4& grads, const Heads4& out, const Table& t) const {
     kernels::rope_apply<T, true>(Space{}, grads, out, t.cos, t.sin, rotary_, true);
   }
-  /// Heads rotated for positions from.. re-rotated for positions to.. (a cache whose rows move).
-  void move(core::Workspace<Space>& ws, const Heads4& heads, std::int64_t from, std::int64_t to) const {
+  /// The first `rows` rows of every sequence of a cache (B, capacity, heads, Dh), rotated for
+  /// positions from.., re-rotated for positions to.. (a cache whose rows move). The two
+  /// tables are built once for the whole batch.
+  void move(core::Workspace<Space>& ws, const Heads4& cache, std::int64_t rows, std::int64_t from,
+            std::int64_t to) const {
     core::WorkspaceScope scope(ws);
-    const std::int64_t time = heads.extent(1);
-    unrotate(heads, -1, table(ws, time, from));
-    rotate(heads, -1, table(ws, time, to));
+    const auto undo = table(ws, rows, from), redo = table(ws, rows, to);
+    const std::int64_t h = cache.extent(2), dh = cache.extent(3), stride = cache.extent(1) * h * dh;
+    for (std::size_t b = 0; b < cache.extent(0); ++b) {
+      const Heads4 sequence(cache.data() + b * stride, 1, rows, h, dh);
+      unrotate(sequence, -1, undo);
+      rotate(sequence, -1, redo);
+    }
   }
 
  private:
