@@ -1,12 +1,13 @@
 #pragma once
 /// \file
 /// Umbrella for hybridseq::core: spaces, tensors, errors and checks, flat tuple, concepts,
-/// RNG and initialisers, workspace, parameters and their visitor, describe().
+/// RNG and initialisers, dropout masks and training passes, workspace, parameters and their visitor, describe().
 
 #include "core/check.hpp"
 #include "core/concepts.hpp"
 #include "core/decoding.hpp"
 #include "core/describe.hpp"
+#include "core/dropout.hpp"
 #include "core/error.hpp"
 #include "core/flat_tuple.hpp"
 #include "core/kokkos_compat.hpp"

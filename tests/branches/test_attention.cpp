@@ -23,6 +23,7 @@ struct Packed {
   std::int64_t batch, tk, tq, q0;
   int heads, kv_heads, dh;
   std::vector<T> qkv, o, lse, d_o, dqkv, delta, dalpha, alpha;
+  core::DropoutMask dropout{};
 
   Packed(std::int64_t b, std::int64_t n, std::int64_t queries, int h, int hkv, int d, std::uint64_t seed)
       : batch(b), tk(n), tq(queries), q0(n - queries), heads(h), kv_heads(hkv), dh(d) {
@@ -45,9 +46,10 @@ struct Packed {
   att::HeadRows<const T> k() const { return {qkv.data() + heads * dh, tk * row(), row(), dh}; }
   att::HeadRows<const T> v() const { return {qkv.data() + (heads + kv_heads) * dh, tk * row(), row(), dh}; }
   att::AttentionArgs<T> args() {
-    return {
-        q(),   k(),      v(), {o.data(), tq * heads * dh, heads * dh, dh}, lse.data(), alpha.data(), batch, tq, tk, q0,
-        heads, kv_heads, dh};
+    return {q(),        k(),          v(),   {o.data(), tq * heads * dh, heads * dh, dh},
+            lse.data(), alpha.data(), batch, tq,
+            tk,         q0,           heads, kv_heads,
+            dh,         dropout};
   }
   att::AttentionGrads<T> grads() {
     return {{d_o.data(), tq * heads * dh, heads * dh, dh},
@@ -69,17 +71,26 @@ double max_rel(const std::vector<T>& a, const std::vector<T>& b) {
   return den == 0 ? num : num / den;
 }
 
+/// A dropout mask of probability p from a training pass of its own.
+inline core::DropoutMask dropout_mask(double p, std::uint64_t pass) {
+  core::DropoutSites sites;
+  sites.start(7, pass);
+  return sites.next(p);
+}
+
 template <class Scheme, class Space>
-void check_against_oracle(std::int64_t batch, std::int64_t n, int heads, int kv_heads, int dh) {
+void check_against_oracle(std::int64_t batch, std::int64_t n, int heads, int kv_heads, int dh, double p = 0) {
   const std::int64_t tq = Scheme::query_count(n);
   Packed<double> tiled(batch, n, tq, heads, kv_heads, dh, 11 + n), ref = tiled;
+  tiled.dropout = ref.dropout = dropout_mask(p, std::uint64_t(n));
   att::forward<Scheme, double>(Space{}, tiled.args());
   att::backward<Scheme, double>(Space{}, tiled.args(), tiled.grads());
   Space().fence();
   kernels::reference::attention_forward<Scheme, double>(ref.args());
   std::vector<long double> dalpha;
   kernels::reference::attention_backward<Scheme, double>(ref.args(), ref.grads(), &dalpha);
-  INFO(Scheme::name << " B=" << batch << " T=" << n << " H=" << heads << " Hkv=" << kv_heads << " Dh=" << dh);
+  INFO(Scheme::name << " B=" << batch << " T=" << n << " H=" << heads << " Hkv=" << kv_heads << " Dh=" << dh
+                    << " dropout " << p);
   CHECK(max_rel(tiled.o, ref.o) < 1e-12);
   CHECK(max_rel(tiled.lse, ref.lse) < 1e-12);
   CHECK(max_rel(tiled.dqkv, ref.dqkv) < 1e-11);
@@ -107,6 +118,40 @@ HYBRIDSEQ_SPACE_TEST_CASE("tiled attention matches the naive oracle for every sc
   for (std::int64_t n : {3, 70, 130}) check_against_oracle<att::PerceiverCross<3>, S>(2, n, 2, 2, 4);
   check_against_oracle<att::EcpPairs<100>, S>(1, 300, 2, 2, 8);  // segments larger than a tile
   check_against_oracle<att::PerceiverCross<70>, S>(1, 200, 2, 2, 8);
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("tiled attention with dropout on the probabilities matches the oracle",
+                          "[attention][kernels][dropout]") {
+  using S = TestType;
+  for (std::int64_t n : {1, 70, 130}) {
+    check_against_oracle<att::Causal, S>(2, n, 4, 2, 8, 0.3);
+    check_against_oracle<att::SlidingWindow<20>, S>(1, n, 2, 2, 4, 0.1);
+  }
+  check_against_oracle<att::EcpPairs<16>, S>(2, 80, 2, 1, 4, 0.5);
+  check_against_oracle<att::PerceiverCross<70>, S>(1, 200, 2, 2, 8, 0.2);
+}
+
+TEST_CASE("dropout masks keep 1 − p of the elements, scaled by 1/(1 − p)", "[attention][host][dropout]") {
+  for (double p : {0.05, 0.3, 0.9}) {
+    const auto mask = dropout_mask(p, 3);
+    const std::uint64_t n = 200000;
+    std::uint64_t kept = 0;
+    for (std::uint64_t i = 0; i < n; ++i) kept += mask.keep(i);
+    const double rate = double(kept) / double(n), sd = std::sqrt(p * (1 - p) / double(n));
+    INFO("p " << p << ": kept " << rate);
+    CHECK(std::abs(rate - (1 - p)) < 5 * sd);
+    CHECK(mask.factor<double>(0) == (mask.keep(0) ? 1 / (1 - p) : 0.0));
+  }
+  CHECK_FALSE(dropout_mask(0, 3).active());
+  // Distinct passes and sites draw distinct masks.
+  core::DropoutSites sites;
+  sites.start(7, 3);
+  const auto a = sites.next(0.5), b = sites.next(0.5);
+  std::uint64_t same_ab = 0, same_pass = 0;
+  const auto c = dropout_mask(0.5, 4);
+  for (std::uint64_t i = 0; i < 1000; ++i) same_ab += a.keep(i) == b.keep(i), same_pass += a.keep(i) == c.keep(i);
+  CHECK(same_ab < 600);
+  CHECK(same_pass < 600);
 }
 
 TEST_CASE("segment schemes count their score entries exactly", "[attention][host]") {

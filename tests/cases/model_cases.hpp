@@ -91,7 +91,29 @@ using HybridCase = StackCase<HybridTiny, 1, hybrid_name, hybrid_golden>;
 using PhaTied = PhaCase<models::PhaLayout{}, 2, pha_tied_name, pha_tied_golden, models::PhaPaperBranches, true>;
 using TransformerTiedCase = StackCase<TransformerTiny, 2, transformer_tied_name, transformer_tied_golden, true>;
 
+/// Dropout on: embeddings 0.1, every block output joining the residual stream 0.2, attention
+/// probabilities 0.25, in the training pass (seed 7, pass 3) of tests/reference/golden_models.py
+/// (the harness runs every forward in it, so finite differences see fixed masks).
+template <class Base, const char* Name, const char* Golden>
+struct DropoutCase : Base {
+  static constexpr const char* name = Name;
+  static constexpr const char* golden = Golden;
+  static constexpr std::uint64_t dropout_seed = 7, dropout_pass = 3;
+  template <class L>
+  static typename L::Options options() {
+    auto o = Base::template options<L>();
+    o.embed_dropout = 0.1;
+    core::for_each_option<core::OutputDropout>(o, [](auto& d) { d.p = 0.2; });
+    core::for_each_option<layers::AttentionOptions>(o, [](auto& a) { a.dropout = 0.25; });
+    return o;
+  }
+};
+inline constexpr char pha_dropout_name[] = "pha_dropout", hybrid_dropout_name[] = "hybrid_dropout",
+                      pha_dropout_golden[] = "model_pha_dropout", hybrid_dropout_golden[] = "model_hybrid_dropout";
+using PhaDropout = DropoutCase<PhaTiny, pha_dropout_name, pha_dropout_golden>;
+using HybridDropout = DropoutCase<HybridCase, hybrid_dropout_name, hybrid_dropout_golden>;
+
 using ModelCases = CaseList<PhaTiny, PhaSeqPrenorm, PhaRawNoNorm, PhaFourBranches, TransformerCase, MambaLmCase,
-                            HybridCase, PhaTied, TransformerTiedCase>;
+                            HybridCase, PhaTied, TransformerTiedCase, PhaDropout, HybridDropout>;
 
 }  // namespace hybridseq::cases

@@ -1,7 +1,9 @@
-// Core: errors and shape checks, flat tuple, RNG/initialisers, workspace (peak bytes and their
-// labels), parameter visitor, describe(), GEMM facade against its naive oracle.
+// Core: errors and shape checks, flat tuple, RNG/initialisers, dropout masks and training
+// passes, workspace (peak bytes and their labels), parameter visitor, describe(), GEMM facade
+// against its naive oracle.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -122,6 +124,53 @@ HYBRIDSEQ_SPACE_TEST_CASE("parameter visitor: dotted names, counts, init, zero_g
   core::zero_grad(m);
   auto g = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, m.blocks[1].w.grad());
   for (std::size_t i = 0; i < g.extent(0); ++i) REQUIRE(g(i) == 0.0);
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("dropout masks are the counter RNG's, identical on every execution space",
+                          "[core][dropout]") {
+  using Space = TestType;
+  core::Workspace<Space> ws;
+  constexpr std::int64_t n = 5000;
+  Tensor<double*, Space> x("x", n);
+  Kokkos::deep_copy(x, 1.0);
+  core::DropoutMask mask;
+  {
+    core::TrainingPass<Space> pass(ws, 11, 5);
+    CHECK(ws.dropout().training());
+    CHECK_FALSE(ws.dropout().next(0).active());  // p = 0 takes no site
+    mask = ws.dropout().next(0.3);
+    {
+      core::InferencePass<Space> inference(ws);
+      CHECK_FALSE(ws.dropout().training());
+      CHECK_FALSE(ws.dropout().next(0.3).active());
+    }
+    CHECK(ws.dropout().training());
+  }
+  CHECK_FALSE(ws.dropout().training());
+  core::apply_dropout(Space{}, mask, x);
+  Space().fence();
+  // The same mask from a host-only loop over the formula (site 0 of pass 5, seed 11).
+  const core::CounterRng rng(11, (std::uint64_t(5) << 16) + 0);
+  const auto threshold = std::uint32_t(0.3 * 4294967296.0);
+  auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, x);
+  std::int64_t mismatches = 0, dropped = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double want = std::uint32_t(rng.bits(std::uint64_t(i)) >> 32) >= threshold ? 1 / 0.7 : 0.0;
+    mismatches += h(i) != want;
+    dropped += h(i) == 0;
+  }
+  CHECK(mismatches == 0);
+  CHECK(std::abs(double(dropped) / n - 0.3) < 0.03);
+}
+
+TEST_CASE("dropout options refuse probabilities outside [0, 1)", "[core][host][dropout]") {
+  REQUIRE_THROWS_WITH(core::check_dropout("hybridseq::layers::Attention", "AttentionOptions::dropout", 1.0),
+                      "hybridseq::layers::Attention: AttentionOptions::dropout must be in [0, 1), got 1");
+  REQUIRE_THROWS_AS(core::check_dropout("api", "p", -0.1), value_error);
+  REQUIRE_THROWS_AS(core::check_dropout("api", "p", std::nan("")), value_error);
+  REQUIRE_NOTHROW(core::check_dropout("api", "p", 0.0));
+  core::DropoutSites sites;
+  REQUIRE_THROWS_WITH(sites.start(1, std::uint64_t(1) << 48), Contains("pass 281474976710656 is not below 2^48"));
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("workspace records exact peak bytes and rewinds", "[core]") {

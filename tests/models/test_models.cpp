@@ -224,6 +224,69 @@ TEST_CASE("models: a refused prefill leaves every layer's state unchanged ([SSM,
   check(static_cast<cases::PhaTiny::Layer<float, Kokkos::Serial>*>(nullptr), "PHA");
 }
 
+TEST_CASE("models: dropout acts in training passes only, with masks fixed by (seed, pass)", "[models][host][dropout]") {
+  using Space = Kokkos::Serial;
+  using Model = cases::HybridTiny<float, Space>;
+  constexpr int v = Model::vocab, b = 2, t = 9;
+  auto with_dropout = cases::HybridDropout::options<Model>();
+  auto without = with_dropout;
+  without.embed_dropout = 0;
+  core::for_each_option<core::OutputDropout>(without, [](auto& d) { d.p = 0; });
+  core::for_each_option<layers::AttentionOptions>(without, [](auto& a) { a.dropout = 0; });
+  Model model(with_dropout), plain(without);
+  core::initialize(model, 3);
+  core::initialize(plain, 3);
+  core::Workspace<Space> ws;
+  Tensor<std::int32_t**, Space> ids("ids", b, t), targets("targets", b, t);
+  auto hi = Kokkos::create_mirror_view(ids);
+  auto ht = Kokkos::create_mirror_view(targets);
+  for (int i = 0; i < b; ++i)
+    for (int j = 0; j < t; ++j) hi(i, j) = (5 * j + i) % v, ht(i, j) = (7 * j + 2 * i + 1) % v;
+  Kokkos::deep_copy(ids, hi);
+  Kokkos::deep_copy(targets, ht);
+  const auto training_loss = [&](std::uint64_t seed, std::uint64_t pass) {
+    core::TrainingPass<Space> training(ws, seed, pass);
+    typename Model::Saved s;
+    core::WorkspaceScope scope(ws);
+    return model.forward(ws, ids, targets, s);
+  };
+  const float reference = plain.evaluate(ws, ids, targets);
+  {
+    typename Model::Saved s;
+    core::WorkspaceScope scope(ws);
+    CHECK(model.forward(ws, ids, targets, s) == reference);  // outside a training pass: no dropout
+  }
+  const float a = training_loss(7, 3);
+  CHECK(a != reference);
+  CHECK(training_loss(7, 3) == a);  // the same key, the same masks
+  CHECK(training_loss(7, 4) != a);  // another pass, other masks
+  CHECK(training_loss(8, 3) != a);  // another seed, other masks
+  {
+    core::TrainingPass<Space> training(ws, 7, 3);  // evaluate, logits and decoding never drop
+    CHECK(model.evaluate(ws, ids, targets) == reference);
+    Tensor<float***, Space> logits("logits", b, t, v), logits_plain("logits_plain", b, t, v), stepped("s", b, t, v);
+    model.logits(ws, ids, logits);
+    plain.logits(ws, ids, logits_plain);
+    CHECK(testing::to_vector(logits) == testing::to_vector(logits_plain));
+    auto st = model.make_state(b);
+    model.prefill(ws, st, ids, stepped);
+    const auto want = testing::to_vector(logits_plain), got = testing::to_vector(stepped);
+    double worst = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+    CHECK(worst < 1e-5);
+  }
+  // Out-of-range rates are refused by the layer that owns them, naming the option.
+  auto bad = without;
+  bad.embed_dropout = 1.0;
+  REQUIRE_THROWS_WITH(Model(bad), "hybridseq::models::LanguageModel: Options::embed_dropout must be in [0, 1), got 1");
+  bad = without;
+  core::for_each_option<layers::AttentionOptions>(bad, [](auto& o) { o.dropout = -0.5; });
+  REQUIRE_THROWS_WITH(Model(bad), Catch::Contains("AttentionOptions::dropout must be in [0, 1), got -0.5"));
+  bad = without;
+  core::for_each_option<core::OutputDropout>(bad, [](auto& d) { d.p = 2; });
+  REQUIRE_THROWS_WITH(Model(bad), Catch::Contains("Options::dropout.p must be in [0, 1), got 2"));
+}
+
 TEST_CASE("models: PHA sets DeepNorm's alpha from its depth; beta-init scales V, W_o and FFNs", "[models][host]") {
   using Pha = models::Pha<11, cases::pha_tiny, models::PhaLayout{.branch_norm = false}, double, Kokkos::Serial>;
   typename Pha::Options o;

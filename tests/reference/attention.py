@@ -21,6 +21,8 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor
 
+import dropout
+
 Params = Dict[str, Tensor]
 
 SCHEMES = ("causal", "sliding", "ecp", "ssplit", "bidirectional", "perceiver")
@@ -153,7 +155,8 @@ def attention_with_probs(x: Tensor, p: Params, cfg: dict):
     assert bool(mask.any(dim=-1).all()), "every query must see at least one key"
     s = s.masked_fill(~mask[None, None], float("-inf"))
     prob = torch.softmax(s, dim=-1)                                 # exact 0 where masked
-    o = torch.matmul(prob, vh)                                      # (B, H, Tq, Dh)
+    # cfg["dropout"] on the probabilities in training passes (dropout.py; AttentionOptions::dropout)
+    o = torch.matmul(dropout.drop(prob, cfg.get("dropout", 0.0)), vh)  # (B, H, Tq, Dh)
 
     if cfg["merge"] == "concat":
         o = o.permute(0, 2, 1, 3).reshape(B, len(rows), H * Dh)

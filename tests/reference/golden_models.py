@@ -18,6 +18,12 @@ shapes of the C++ cases in tests/cases/model_cases.hpp:
     model_pha_tied     model_pha with tied input/output embeddings (Options::tie_embeddings):
                        logits = y Eᵀ, no head.weight, grads/embed.weight = lookup + head parts
     model_transformer_tied  model_transformer, tied likewise
+    model_pha_dropout  model_pha with dropout (embed 0.1, block outputs 0.2, attention
+                       probabilities 0.25) in training pass (seed 7, pass 3)
+    model_hybrid_dropout    model_hybrid, dropout likewise
+
+Dropout cases: loss and gradients come from a training pass with the C++ masks
+(dropout.py); logits from a pass without (LanguageModel::logits never drops).
 
 Vocabulary 11, batch 2, time 9. Same conventions as make_golden.py (README.md): a fixed seed
 per case; parameters drawn in float64 and rounded to float32; forward and backward
@@ -59,6 +65,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+import dropout  # noqa: E402
 import make_golden  # noqa: E402
 import models  # noqa: E402
 from make_golden import f32_round, randn  # noqa: E402
@@ -96,11 +103,27 @@ def build_transformer_tied():
     return model, dict(cfg, tie_embeddings=True)
 
 
-def build_hybrid():
-    pattern = [lambda: models.mamba_layer(SSM_TINY), lambda: models.neox_layer(TF_TINY),
-               lambda: models.neox_layer(TF_TINY)]
-    return models.stack(VOCAB, 8, pattern, 1), {"model": "Stack", "pattern": ["MambaLayer", "NeoxLayer", "NeoxLayer"],
-                                                "count": 1, "ssm": SSM_TINY, "tf": TF_TINY}
+def build_hybrid(rates: dict = models.NO_DROPOUT):
+    pattern = [lambda: models.mamba_layer(SSM_TINY, rates), lambda: models.neox_layer(TF_TINY, rates),
+               lambda: models.neox_layer(TF_TINY, rates)]
+    return models.stack(VOCAB, 8, pattern, 1, rates["embed"]), {
+        "model": "Stack", "pattern": ["MambaLayer", "NeoxLayer", "NeoxLayer"], "count": 1, "ssm": SSM_TINY,
+        "tf": TF_TINY}
+
+
+# The dropout cases: rates and the training pass (tests/cases/model_cases.hpp DropoutCase).
+DROPOUT_RATES = dict(embed=0.1, output=0.2, attention=0.25)
+DROPOUT_PASS = dict(seed=7, pass_=3)
+
+
+def build_pha_dropout():
+    model, cfg = models.pha(VOCAB, PHA_TINY, 2, rates=DROPOUT_RATES), build_pha()[1]
+    return model, dict(cfg, dropout=DROPOUT_RATES, dropout_pass=DROPOUT_PASS)
+
+
+def build_hybrid_dropout():
+    model, cfg = build_hybrid(DROPOUT_RATES)
+    return model, dict(cfg, dropout=DROPOUT_RATES, dropout_pass=DROPOUT_PASS)
 
 
 # (name, seed, builder)
@@ -111,6 +134,8 @@ CASES: List[Tuple[str, int, Callable]] = [
     ("model_hybrid", 4004, build_hybrid),
     ("model_pha_tied", 4005, build_pha_tied),
     ("model_transformer_tied", 4006, build_transformer_tied),
+    ("model_pha_dropout", 4007, build_pha_dropout),
+    ("model_hybrid_dropout", 4008, build_hybrid_dropout),
 ]
 
 # tied case → the builder of the same model untied (for tied_check)
@@ -284,13 +309,29 @@ def hf_mamba_check(values: Dict[str, torch.Tensor], ids, targets, loss, logits, 
 # Writing
 # --------------------------------------------------------------------------
 
+def dropout_check(model, values, ids, targets, loss) -> None:
+    """The training pass must differ from the plain forward (the masks drop something) and be
+    reproducible (same seed and pass, same masks)."""
+    plain = forward_backward(model, values, ids, targets)[0]
+    with dropout.training_pass(DROPOUT_PASS["seed"], DROPOUT_PASS["pass_"]):
+        again = forward_backward(model, values, ids, targets)[0]
+    print(f"  dropout: training-pass loss {loss.item():.6f}, without dropout {plain.item():.6f}")
+    assert abs(loss.item() - plain.item()) > 1e-3 and again.item() == loss.item()
+
+
 def build_case(name: str, seed: int, builder: Callable):
     g = torch.Generator().manual_seed(seed)
     model, cfg = builder()
     model = model.to(F64)
     values = draw_parameters(model, g)
     ids, targets = draw_tokens(g)
-    loss, logits, grads = forward_backward(model, values, ids, targets)
+    if "dropout_pass" in cfg:
+        with dropout.training_pass(cfg["dropout_pass"]["seed"], cfg["dropout_pass"]["pass_"]):
+            loss, _, grads = forward_backward(model, values, ids, targets)
+        logits = forward_backward(model, values, ids, targets)[1]
+        dropout_check(model, values, ids, targets, loss)
+    else:
+        loss, logits, grads = forward_backward(model, values, ids, targets)
     if name == "model_mamba_lm":
         hf_mamba_check(values, ids, targets, loss, logits, grads)
     if name in UNTIED:

@@ -24,6 +24,11 @@ tuple indices of Repeat / SequentialBlock / ParallelBlock. Composition, as in th
     Mamba layer               x + Mixer(RMSNorm(x))                          (final norm RMSNorm)
     Stack                     a pattern of layers repeated, final LayerNorm
 
+Dropout (``rates``: embed, output, attention; dropout.py draws the C++ masks) acts only inside
+``dropout.training_pass``: on the embeddings, on every block output where it joins the
+residual stream (ParallelBlock branches other than the Identity skip path, the residuals'
+blocks: core::OutputDropout) and on the attention probabilities.
+
 Default eps: RMSNorm 1e-6, LayerNorm 1e-5 (also inside GSS). RoPE base 10000.
 Dtype-agnostic; the golden generator (golden_models.py) runs everything in float64.
 """
@@ -42,6 +47,7 @@ if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
 import attention as attention_ref  # noqa: E402
+import dropout  # noqa: E402
 import gss as gss_ref  # noqa: E402
 import layers  # noqa: E402
 import mamba as mamba_ref  # noqa: E402
@@ -52,6 +58,7 @@ LN_EPS = 1e-5
 GSS_EPS = 1e-5
 ROPE_BASE = 10000.0
 IGNORE_INDEX = -100
+NO_DROPOUT = dict(embed=0.0, output=0.0, attention=0.0)
 
 
 def _param(*shape: int) -> nn.Parameter:
@@ -280,41 +287,45 @@ class ParallelBlock(Indexed):
     """compose::ParallelBlock: h_b = Branch_b(x), y = Mixer(h_1..h_N). Branches "0".."N-1",
     the mixer "mixer"."""
 
-    def __init__(self, mixer: nn.Module, branches: Sequence[nn.Module]):
+    def __init__(self, mixer: nn.Module, branches: Sequence[nn.Module], p: float = 0.0):
         super().__init__(branches)
         self.mixer = mixer
+        self.p = p
 
     def items(self) -> List[nn.Module]:
         return [getattr(self, str(i)) for i in range(len(self._modules) - 1)]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.mixer([b(x) for b in self.items()])
+        # Each branch's output dropped right after it runs (site order), the skip path never.
+        return self.mixer([b(x) if isinstance(b, Identity) else dropout.drop(b(x), self.p) for b in self.items()])
 
 
 class PreNormResidual(nn.Module):
     """compose::PreNormResidual: y = α·x + block(norm(x)); children "norm", "block"."""
 
-    def __init__(self, block: nn.Module, norm: nn.Module, alpha: float = 1.0):
+    def __init__(self, block: nn.Module, norm: nn.Module, alpha: float = 1.0, p: float = 0.0):
         super().__init__()
         self.alpha = alpha
         self.norm = norm
         self.block = block
+        self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.alpha * x + self.block(self.norm(x))
+        return self.alpha * x + dropout.drop(self.block(self.norm(x)), self.p)
 
 
 class DeepNorm(nn.Module):
     """compose::DeepNorm: y = norm(α·x + block(x)); children "block", "norm"."""
 
-    def __init__(self, block: nn.Module, norm: nn.Module, alpha: float):
+    def __init__(self, block: nn.Module, norm: nn.Module, alpha: float, p: float = 0.0):
         super().__init__()
         self.alpha = alpha
         self.block = block
         self.norm = norm
+        self.p = p
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.norm(self.alpha * x + self.block(x))
+        return self.norm(self.alpha * x + dropout.drop(self.block(x), self.p))
 
 
 class LanguageModel(nn.Module):
@@ -323,10 +334,12 @@ class LanguageModel(nn.Module):
     ``head.weight``; logits = y Eᵀ with E = ``embed.weight`` used twice in the graph, so
     autograd sums the lookup's and the head's gradients into E's."""
 
-    def __init__(self, vocab: int, d_model: int, body: nn.Module, norm: nn.Module, tie: bool = False):
+    def __init__(self, vocab: int, d_model: int, body: nn.Module, norm: nn.Module, tie: bool = False,
+                 embed_dropout: float = 0.0):
         super().__init__()
         self.vocab = vocab
         self.tie = tie
+        self.embed_dropout = embed_dropout
         self.embed = Embedding(vocab, d_model)
         self.body = body
         self.norm = norm
@@ -335,7 +348,7 @@ class LanguageModel(nn.Module):
 
     def forward(self, ids: Tensor, targets: Tensor):
         """Returns (loss (0-d), logits (B, T, V))."""
-        y = self.norm(self.body(self.embed(ids)))
+        y = self.norm(self.body(dropout.drop(self.embed(ids), self.embed_dropout)))
         if self.tie:
             return layers.lm_head_ce(y, self.embed.weight, targets, IGNORE_INDEX)
         return self.head(y, targets)
@@ -357,25 +370,26 @@ def rotary_dim_for(head_dim: int, fraction: float) -> int:
 
 
 def pha_block(d_model: int, heads: int, kv_heads: int, head_dim: int, gss_gate: int, gss_ssm: int,
-              gss_state: int, ffn_primary: int, ffn_auxiliary: int, alpha: float) -> nn.Module:
+              gss_state: int, ffn_primary: int, ffn_auxiliary: int, alpha: float, rates: dict = NO_DROPOUT) -> nn.Module:
     """PhaBlock with the default PhaLayout: DeepNorm(LN) around ParallelBlock(SoftplusMixer,
     [GSS, attention, Dual-FFN], each followed by its own RMSNorm)."""
     attn_cfg = dict(d_model=d_model, heads=heads, kv_heads=kv_heads, head_dim=head_dim, rotary_dim=head_dim,
                     base=ROPE_BASE, score="cosine", scale="per_head", qkv_bias=False, out_bias=False,
-                    merge="concat", scheme="causal", scheme_param=0)
+                    merge="concat", scheme="causal", scheme_param=0, dropout=rates["attention"])
     branches = [Gss(d_model, gss_gate, gss_ssm, gss_state), Attention(attn_cfg),
                 DualFfn(d_model, ffn_primary, ffn_auxiliary)]
     normed = [SequentialBlock([b, RMSNorm(d_model)]) for b in branches]
-    return DeepNorm(ParallelBlock(SoftplusMixer(3), normed), LayerNorm(d_model), alpha)
+    return DeepNorm(ParallelBlock(SoftplusMixer(3), normed, rates["output"]), LayerNorm(d_model), alpha,
+                    rates["output"])
 
 
-def pha(vocab: int, shape: dict, blocks: int, tie: bool = False) -> LanguageModel:
+def pha(vocab: int, shape: dict, blocks: int, tie: bool = False, rates: dict = NO_DROPOUT) -> LanguageModel:
     """models::Pha<Vocab, PhaShape, PhaLayout{}>: `blocks` PHA blocks, α = (2·blocks)^{1/4},
     final RMSNorm. shape: d_model, heads, kv_heads, head_dim, gss_gate, gss_ssm, gss_state,
     ffn_primary, ffn_auxiliary."""
     alpha = deepnorm_alpha(blocks)
-    body = Repeat([pha_block(**shape, alpha=alpha) for _ in range(blocks)])
-    return LanguageModel(vocab, shape["d_model"], body, RMSNorm(shape["d_model"]), tie)
+    body = Repeat([pha_block(**shape, alpha=alpha, rates=rates) for _ in range(blocks)])
+    return LanguageModel(vocab, shape["d_model"], body, RMSNorm(shape["d_model"]), tie, rates["embed"])
 
 
 def cooper_tf(d_model: int, heads: int = 2, window: int = 20) -> dict:
@@ -384,15 +398,16 @@ def cooper_tf(d_model: int, heads: int = 2, window: int = 20) -> dict:
                 mlp_width=2 * d_model, window=window, merge="sum", activation="silu")
 
 
-def neox_layer(s: dict) -> nn.Module:
+def neox_layer(s: dict, rates: dict = NO_DROPOUT) -> nn.Module:
     """models::NeoxLayer: ParallelBlock(SumMixer, [Identity, LN₁→Attn, LN₂→MLP])."""
     d = s["d_model"]
     attn_cfg = dict(d_model=d, heads=s["heads"], kv_heads=s["heads"], head_dim=s["head_dim"],
                     rotary_dim=s["rotary_dim"], base=ROPE_BASE, score="dot", scale="per_head", qkv_bias=True,
                     out_bias=True, merge=s["merge"], scheme="sliding" if s["window"] > 0 else "causal",
-                    scheme_param=s["window"])
+                    scheme_param=s["window"], dropout=rates["attention"])
     return ParallelBlock(SumMixer(), [Identity(), SequentialBlock([LayerNorm(d), Attention(attn_cfg)]),
-                                      SequentialBlock([LayerNorm(d), Mlp(d, s["mlp_width"], True, s["activation"])])])
+                                      SequentialBlock([LayerNorm(d), Mlp(d, s["mlp_width"], True, s["activation"])])],
+                         rates["output"])
 
 
 def cooper_ssm(d_model: int, d_state: int = 1) -> dict:
@@ -400,9 +415,9 @@ def cooper_ssm(d_model: int, d_state: int = 1) -> dict:
     return dict(d_model=d_model, d_state=d_state, expand=2, d_conv=4, dt_rank=0, conv_bias=True, bias=False)
 
 
-def mamba_layer(s: dict) -> nn.Module:
+def mamba_layer(s: dict, rates: dict = NO_DROPOUT) -> nn.Module:
     """models::MambaLayer: PreNormResidual(Mamba, RMSNorm): x + Mamba(RMSNorm(x))."""
-    return PreNormResidual(Mamba(**s), RMSNorm(s["d_model"]))
+    return PreNormResidual(Mamba(**s), RMSNorm(s["d_model"]), p=rates["output"])
 
 
 def transformer(vocab: int, s: dict, layers_: int, tie: bool = False) -> LanguageModel:
@@ -416,8 +431,8 @@ def mamba_lm(vocab: int, s: dict, layers_: int) -> LanguageModel:
     return LanguageModel(vocab, s["d_model"], Repeat([mamba_layer(s) for _ in range(layers_)]), RMSNorm(s["d_model"]))
 
 
-def stack(vocab: int, d_model: int, pattern, count: int) -> LanguageModel:
+def stack(vocab: int, d_model: int, pattern, count: int, embed_dropout: float = 0.0) -> LanguageModel:
     """models::Stack: Repeat(count) of SequentialBlock(pattern), final LayerNorm. `pattern` is a
     list of zero-argument layer factories."""
     body = Repeat([SequentialBlock([make() for make in pattern]) for _ in range(count)])
-    return LanguageModel(vocab, d_model, body, LayerNorm(d_model))
+    return LanguageModel(vocab, d_model, body, LayerNorm(d_model), embed_dropout=embed_dropout)

@@ -65,6 +65,24 @@ typename L::Options options_of() {
     return typename L::Options{};
 }
 
+/// Every forward of the harness is a training pass keyed by the case's (dropout_seed,
+/// dropout_pass) (both 0 unless set): the dropout masks of cases that enable dropout are the
+/// same in every finite difference and equal to the PyTorch golden's (tests/reference/dropout.py).
+template <class Case>
+constexpr std::uint64_t dropout_seed() {
+  if constexpr (requires { Case::dropout_seed; })
+    return Case::dropout_seed;
+  else
+    return 0;
+}
+template <class Case>
+constexpr std::uint64_t dropout_pass() {
+  if constexpr (requires { Case::dropout_pass; })
+    return Case::dropout_pass;
+  else
+    return 0;
+}
+
 template <class Case, class L>
 L make_layer() {
   return L(options_of<Case, L>());
@@ -193,6 +211,7 @@ struct Harness {
   /// differencing two large sums.
   std::vector<double> terms() {
     ws.release({});
+    core::TrainingPass<Space> pass(ws, dropout_seed<Case>(), dropout_pass<Case>());
     typename L::Saved s;
     if constexpr (ModelLayer<L>) {
       return {static_cast<double>(layer.forward(ws, ids, targets, s))};
@@ -225,6 +244,7 @@ struct Harness {
   double analytic() {
     core::zero_grad(layer);
     ws.release({});
+    core::TrainingPass<Space> pass(ws, dropout_seed<Case>(), dropout_pass<Case>());
     double obj = 0;
     if constexpr (ModelLayer<L>) {
       typename L::Saved s;

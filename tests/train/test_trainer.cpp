@@ -29,10 +29,16 @@ inline tasks::AnyTask tiny_task() {
   return tasks::make_task("var-copy", {.n_v = 4, .min_shift = 1, .max_shift = 3});
 }
 
+/// With `dropout`, the rates of cases::DropoutCase (embeddings, block outputs, attention).
 template <class Model>
-Model make_model(std::uint64_t seed, int count = 1) {
+Model make_model(std::uint64_t seed, int count = 1, bool dropout = false) {
   typename Model::Options o;
   o.body.count = count;
+  if (dropout) {
+    o.embed_dropout = 0.1;
+    core::for_each_option<core::OutputDropout>(o, [](auto& d) { d.p = 0.2; });
+    core::for_each_option<layers::AttentionOptions>(o, [](auto& a) { a.dropout = 0.25; });
+  }
   Model m(o);
   core::initialize(m, seed);
   return m;
@@ -53,6 +59,7 @@ std::vector<std::vector<double>> parameters_of(Model& m) {
 
 }  // namespace
 
+// With dropout on: its masks are keyed by (data seed, step, micro-batch), so they resume too.
 HYBRIDSEQ_SPACE_TEST_CASE("trainer: resuming from a checkpoint reproduces the uninterrupted run exactly",
                           "[trainer][checkpoint]") {
   const auto task = tiny_task();
@@ -70,9 +77,16 @@ HYBRIDSEQ_SPACE_TEST_CASE("trainer: resuming from a checkpoint reproduces the un
       .progress = [&reports](const train::Progress& p) { reports.push_back(p); }};
   const auto source = task_source<TestType>(task, o.data_seed, o.accumulation);
 
-  auto a = make_model<Hybrid<TestType>>(1);
+  auto a = make_model<Hybrid<TestType>>(1, 1, true);
   train::Trainer ta(a, o);
   const auto first = ta.run(source, 5);
+  {
+    auto plain = make_model<Hybrid<TestType>>(1);
+    auto quiet = o;
+    quiet.progress = {};
+    train::Trainer tp(plain, quiet);
+    CHECK(tp.run(source, 1).log[0].loss != first.log[0].loss);  // the masks dropped something
+  }
   ta.save(path);
   const auto rest = ta.run(source);
   REQUIRE(first.log.size() == 5);
@@ -90,7 +104,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("trainer: resuming from a checkpoint reproduces the un
     CHECK(reports[i].tokens == std::int64_t(i < 5 ? i + 1 : i - 4) * 2 * 4 * 16);
   }
 
-  auto b = make_model<Hybrid<TestType>>(999);  // different initial parameters: all must come from the file
+  auto b = make_model<Hybrid<TestType>>(999, 1, true);  // other initial parameters: all must come from the file
   train::Trainer tb(b, o);
   tb.resume(path);
   CHECK(tb.step() == 5);

@@ -16,6 +16,7 @@
 #include "../core/check.hpp"
 #include "../core/concepts.hpp"
 #include "../core/decoding.hpp"
+#include "../core/dropout.hpp"
 #include "../core/flat_tuple.hpp"
 #include "../core/options.hpp"
 #include "../core/workspace.hpp"
@@ -60,10 +61,12 @@ class ParallelBlock {
   static constexpr int d_out = First::d_out;
   static constexpr int arity = N;
 
-  /// One Options per branch (in order) and the mixer's.
+  /// One Options per branch (in order), the mixer's, and the dropout of every branch output
+  /// in training passes (not of a skip path: an Identity branch is never dropped).
   struct Options {
     core::FlatTuple<core::options_t<Branches>...> branches{};
     core::options_t<Mixer> mixer{};
+    core::OutputDropout dropout{};
 
     template <std::size_t I>
     auto& branch() {
@@ -77,11 +80,13 @@ class ParallelBlock {
     void for_each_child(F&& f) {
       core::for_each(branches, f);
       f(mixer);
+      f(dropout);
     }
   };
   struct Saved {
     core::FlatTuple<typename Branches::Saved...> branch;
-    std::array<Tensor<T***, Space>, N> h;  // branch outputs (B, T, D)
+    std::array<Tensor<T***, Space>, N> h;  // branch outputs (B, T, D), after dropout
+    std::array<core::DropoutMask, N> dropout{};
     typename Mixer::Saved mix;
   };
 
@@ -89,13 +94,20 @@ class ParallelBlock {
       : branches_(core::generate_flat_tuple<Branches...>([&](auto i) {
           return core::construct<core::element_t<i, core::FlatTuple<Branches...>>>(core::get<i>(o.branches));
         })),
-        mixer_(core::construct<Mixer>(o.mixer)) {}
+        mixer_(core::construct<Mixer>(o.mixer)),
+        dropout_(o.dropout.p) {
+    core::check_dropout("hybridseq::compose::ParallelBlock", "Options::dropout.p", o.dropout.p);
+  }
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
     core::check_shape("hybridseq::compose::ParallelBlock::forward", "x", x, core::B, core::T, core::dim(d_in));
     core::for_each_indexed(branches_, [&](const auto& branch, auto i) {
       s.h[i] = ws.template allocate<T***>("parallel_block.h", x.extent(0), x.extent(1), d_out);
       branch.forward(ws, x, s.h[i], core::get<i>(s.branch));
+      if constexpr (!is_skip_path<std::remove_cvref_t<decltype(branch)>>) {
+        s.dropout[i] = ws.dropout().next(dropout_);
+        core::apply_dropout(Space{}, s.dropout[i], core::flat(s.h[i]));
+      }
     });
     mixer_.forward(s.h, y, s.mix);
   }
@@ -105,8 +117,10 @@ class ParallelBlock {
     std::array<Tensor<T***, Space>, N> dh;
     for (auto& d : dh) d = ws.template allocate_zeroed<T***>("parallel_block.dh", dy.extent(0), dy.extent(1), d_out);
     mixer_.backward(s.mix, dy, dh);
-    core::for_each_indexed(branches_,
-                           [&](auto& branch, auto i) { branch.backward(ws, core::get<i>(s.branch), dh[i], dx); });
+    core::for_each_indexed(branches_, [&](auto& branch, auto i) {
+      core::apply_dropout(Space{}, s.dropout[i], core::flat(dh[i]));
+      branch.backward(ws, core::get<i>(s.branch), dh[i], dx);
+    });
   }
 
   // ---- decoding: available when every branch decodes; one state per branch ----
@@ -153,8 +167,14 @@ class ParallelBlock {
   }
 
  private:
+  template <class B>
+  static constexpr bool is_skip_path = requires {
+    requires B::skip_path;
+  };
+
   core::FlatTuple<Branches...> branches_;
   Mixer mixer_;
+  double dropout_;
 };
 
 }  // namespace hybridseq::compose

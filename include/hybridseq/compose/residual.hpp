@@ -9,6 +9,9 @@
 ///
 /// α is a runtime option (a float: a new depth must not make a new type); `deepnorm_alpha(L)`
 /// and `deepnorm_beta(L)` = (8L)^{−1/4} give the paper's values for an L-layer decoder.
+///
+/// Options::dropout drops f's output in training passes (core/dropout.hpp), before it joins
+/// the residual stream: y = α·x + drop(f(Norm(x))), y = Norm(α·x + drop(f(x))).
 
 #include <cmath>
 #include <string>
@@ -16,6 +19,7 @@
 #include "../core/check.hpp"
 #include "../core/concepts.hpp"
 #include "../core/decoding.hpp"
+#include "../core/dropout.hpp"
 #include "../core/error.hpp"
 #include "../core/options.hpp"
 #include "../core/workspace.hpp"
@@ -65,7 +69,8 @@ class ResidualParts {
   static constexpr int d_out = Block::d_out;
 
   struct Options {
-    double alpha = 1.0;  // residual scale (deepnorm_alpha(L) for DeepNorm)
+    double alpha = 1.0;             // residual scale (deepnorm_alpha(L) for DeepNorm)
+    core::OutputDropout dropout{};  // on the block's output, in training passes
     core::options_t<Block> block{};
     core::options_t<Norm> norm{};
 
@@ -73,6 +78,7 @@ class ResidualParts {
     void for_each_child(F&& f) {
       f(block);
       f(norm);
+      f(dropout);
     }
   };
 
@@ -92,9 +98,16 @@ class ResidualParts {
 
  protected:
   ResidualParts(const Options& o, const char* api)
-      : api_(api), block_(core::construct<Block>(o.block)), norm_(core::construct<Norm>(o.norm)) {
+      : api_(api),
+        dropout_(o.dropout.p),
+        block_(core::construct<Block>(o.block)),
+        norm_(core::construct<Norm>(o.norm)) {
     set_alpha(o.alpha);
+    core::check_dropout(api, "Options::dropout.p", o.dropout.p);
   }
+
+  /// The block output's mask for this pass (the identity outside training passes).
+  core::DropoutMask draw_dropout(core::Workspace<execution_space>& ws) const { return ws.dropout().next(dropout_); }
 
  public:
   void set_alpha(double alpha) {
@@ -105,6 +118,7 @@ class ResidualParts {
  protected:
   const char* api_;
   double alpha_ = 1.0;
+  double dropout_ = 0.0;
   Block block_;
   Norm norm_;
 };
@@ -130,6 +144,7 @@ class PreNormResidual : public detail::ResidualParts<Block, Norm> {
     typename Norm::Saved norm;
     Tensor<T***, Space> normed;  // (B, T, D)
     typename Block::Saved block;
+    core::DropoutMask dropout{};
   };
 
   explicit PreNormResidual(const Options& o = {}) : Parts(o, "hybridseq::compose::PreNormResidual") {}
@@ -138,13 +153,22 @@ class PreNormResidual : public detail::ResidualParts<Block, Norm> {
     s.normed = ws.template allocate<T***>("residual.normed", x.extent(0), x.extent(1), d_in);
     norm_.forward(ws, x, s.normed, s.norm);
     block_.forward(ws, s.normed, y, s.block);
+    s.dropout = this->draw_dropout(ws);
+    core::apply_dropout(Space{}, s.dropout, core::flat(y));
     detail::add_scaled<T, Space>(y, T(alpha_), x);
   }
 
   void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     core::WorkspaceScope scope(ws);
     auto dn = ws.template allocate_zeroed<T***>("residual.dnormed", dy.extent(0), dy.extent(1), d_in);
-    block_.backward(ws, s.block, dy, dn);
+    Tensor<const T***, Space> dblock = dy;
+    if (s.dropout.active()) {  // the block sees the dropped gradient, the skip path all of it
+      auto dropped = ws.template allocate<T***>("residual.ddropped", dy.extent(0), dy.extent(1), d_in);
+      Kokkos::deep_copy(dropped, dy);
+      core::apply_dropout(Space{}, s.dropout, core::flat(dropped));
+      dblock = dropped;
+    }
+    block_.backward(ws, s.block, dblock, dn);
     norm_.backward(ws, s.norm, dn, dx);
     detail::add_scaled<T, Space>(dx, T(alpha_), dy);
   }
@@ -186,6 +210,7 @@ class DeepNorm : public detail::ResidualParts<Block, Norm> {
     typename Block::Saved block;
     Tensor<T***, Space> z;  // α·x + f(x)
     typename Norm::Saved norm;
+    core::DropoutMask dropout{};
   };
 
   explicit DeepNorm(const Options& o = {}) : Parts(o, "hybridseq::compose::DeepNorm") {}
@@ -193,6 +218,8 @@ class DeepNorm : public detail::ResidualParts<Block, Norm> {
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& s) const {
     s.z = ws.template allocate<T***>("deepnorm.z", x.extent(0), x.extent(1), d_in);
     block_.forward(ws, x, s.z, s.block);
+    s.dropout = this->draw_dropout(ws);
+    core::apply_dropout(Space{}, s.dropout, core::flat(s.z));
     detail::add_scaled<T, Space>(s.z, T(alpha_), x);
     norm_.forward(ws, s.z, y, s.norm);
   }
@@ -201,8 +228,9 @@ class DeepNorm : public detail::ResidualParts<Block, Norm> {
     core::WorkspaceScope scope(ws);
     auto dz = ws.template allocate_zeroed<T***>("deepnorm.dz", dy.extent(0), dy.extent(1), d_in);
     norm_.backward(ws, s.norm, dy, dz);
+    detail::add_scaled<T, Space>(dx, T(alpha_), dz);          // the skip path: all of dz
+    core::apply_dropout(Space{}, s.dropout, core::flat(dz));  // the block: the dropped part
     block_.backward(ws, s.block, dz, dx);
-    detail::add_scaled<T, Space>(dx, T(alpha_), dz);
   }
 
   void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x,

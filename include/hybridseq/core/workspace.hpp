@@ -11,12 +11,14 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "dropout.hpp"
 #include "error.hpp"
 #include "spaces.hpp"
 
@@ -72,6 +74,9 @@ class Workspace {
     for (std::size_t i = m.allocations; i < live_.size(); ++i) label_bytes_[live_[i].label] -= live_[i].bytes;
     live_.resize(std::min(m.allocations, live_.size()));
   }
+
+  /// The dropout sites of the current pass (core::TrainingPass turns them on).
+  DropoutSites& dropout() { return dropout_; }
 
   /// Bytes handed out and not yet released (alignment padding included).
   std::size_t bytes_in_use() const { return in_use_; }
@@ -141,6 +146,8 @@ class Workspace {
   std::map<std::string, std::size_t, std::less<>> label_ids_;
   std::vector<std::string> labels_;
   std::vector<std::size_t> label_bytes_, peak_label_bytes_;
+
+  DropoutSites dropout_;
 };
 
 /// Releases everything allocated in a scope: `{ WorkspaceScope s(ws); ... }`.
@@ -155,6 +162,37 @@ class WorkspaceScope {
  private:
   Workspace<Space>& ws_;
   typename Workspace<Space>::Mark mark_;
+};
+
+/// Dropout on for a scope: the forward passes run in it are training passes keyed by (seed,
+/// pass) (core/dropout.hpp). The previous mode comes back at the end of the scope.
+template <ExecutionSpace Space>
+class TrainingPass {
+ public:
+  TrainingPass(Workspace<Space>& ws, std::uint64_t seed, std::uint64_t pass) : ws_(ws), saved_(ws.dropout()) {
+    ws.dropout().start(seed, pass);
+  }
+  ~TrainingPass() { ws_.dropout() = saved_; }
+  TrainingPass(const TrainingPass&) = delete;
+  TrainingPass& operator=(const TrainingPass&) = delete;
+
+ private:
+  Workspace<Space>& ws_;
+  DropoutSites saved_;
+};
+
+/// Dropout off for a scope (evaluation, logits and decoding open one, even inside a training pass).
+template <ExecutionSpace Space>
+class InferencePass {
+ public:
+  explicit InferencePass(Workspace<Space>& ws) : ws_(ws), saved_(ws.dropout()) { ws.dropout().stop(); }
+  ~InferencePass() { ws_.dropout() = saved_; }
+  InferencePass(const InferencePass&) = delete;
+  InferencePass& operator=(const InferencePass&) = delete;
+
+ private:
+  Workspace<Space>& ws_;
+  DropoutSites saved_;
 };
 
 }  // namespace hybridseq::core

@@ -59,6 +59,7 @@ class Attention {
     Tensor<T***, Space> merged;  // (B, Tq, Dh) summed heads only
     typename Out::Saved out_in;
     std::int64_t q0 = 0;
+    core::DropoutMask dropout{};  // on the probabilities (training passes)
   };
 
   /// Decoding state: the KV cache, post-RoPE (normalised for cosine).
@@ -86,6 +87,7 @@ class Attention {
     core_.position(ws, heads_of(s.qkv), rotated_heads, 0, s.positions);
     s.o = ws.template allocate<T****>("attention.o", b, tq, S.heads, S.head_dim);
     s.lse = ws.template allocate<T*>("attention.lse", b * S.heads * tq);
+    s.dropout = core_.draw_dropout(ws);
     core_.template attend<Scheme>(self_rows(s));
     merge_and_project(ws, s, y);
   }
@@ -234,7 +236,8 @@ class Attention {
             b,
             tq,
             n,
-            s.q0};
+            s.q0,
+            s.dropout};
   }
 
   static void check_room(const char* api, const State& state, std::int64_t batch, std::int64_t time) {

@@ -5,7 +5,7 @@
 ///   heads ← RoPE(heads) at positions offset..       (the q and k heads; RotaryEmbedding)
 ///   cosine scores: q, k ← q/‖q‖, k/‖k‖;  α_h = exp(min(s_h, log 100))   (s_h learnable)
 ///   dot scores:    α_h = 1/√Dh
-///   o = softmax_{Scheme mask}(α q kᵀ) v               (the tiled kernel, any segment scheme)
+///   o = dropout(softmax_{Scheme mask}(α q kᵀ)) v      (the tiled kernel, any segment scheme)
 ///
 /// with the matching backward. Layers differ only in how they project (fused QKV, a shared K/V
 /// projection), which rows attend under which scheme (one self-attention, Double Attention's
@@ -50,6 +50,7 @@ struct AttentionOptions {
   double out_init_std = 0.02;
   double rope_base = 10000.0;
   std::int64_t max_cache = 4096;  // decoding: KV-cache capacity per sequence
+  double dropout = 0;             // on the attention probabilities, in training passes
 };
 
 /// The hint every "KV cache full" error gives: how to raise the capacity from any model.
@@ -83,6 +84,7 @@ struct AttendRows {
   HeadRows<T> o;
   T* lse = nullptr;
   std::int64_t batch = 0, tq = 0, tk = 0, q0 = 0;
+  core::DropoutMask dropout{};  // on the probabilities (AttentionCore::draw_dropout); backward needs the same
 };
 
 /// Gradients of one pass: dq, dk, dv are overwritten from d_o (B, tq, H, Dh).
@@ -205,7 +207,10 @@ class AttentionCore {
       : rope_(S.rotary_dim, o.rope_base, api),
         logit_scale_({S.score == Score::cosine ? (S.per_layer_scale ? 1 : S.heads) : 0}, core::Role::scalar,
                      core::Init::constant(std::log(10.0))),
-        alpha_("hybridseq::layers::AttentionCore::alpha", S.heads) {}
+        alpha_("hybridseq::layers::AttentionCore::alpha", S.heads),
+        dropout_(o.dropout) {
+    core::check_dropout(api, "AttentionOptions::dropout", o.dropout);
+  }
 
   const Rope& rope() const { return rope_; }
 
@@ -244,6 +249,10 @@ class AttentionCore {
     if constexpr (S.rotary_dim > 0) rope_.move(ws, cache, rows, from, to);
   }
 
+  /// The probability mask of one pass: the next dropout site of a training pass (kept in
+  /// the layer's Saved for backward), the identity otherwise.
+  core::DropoutMask draw_dropout(core::Workspace<Space>& ws) const { return ws.dropout().next(dropout_); }
+
   /// o and lse of one pass under Scheme.
   template <class Scheme>
   void attend(const AttendRows<T>& r) const {
@@ -272,7 +281,8 @@ class AttentionCore {
 
  private:
   kernels::attention::AttentionArgs<T> args(const AttendRows<T>& r) const {
-    return {r.q, r.k, r.v, r.o, r.lse, alpha_.data(), r.batch, r.tq, r.tk, r.q0, S.heads, S.kv_heads, S.head_dim};
+    return {r.q,  r.k,  r.v,  r.o,     r.lse,      alpha_.data(), r.batch,
+            r.tq, r.tk, r.q0, S.heads, S.kv_heads, S.head_dim,    r.dropout};
   }
 
   /// α_h: 1/√Dh for dot scores; exp(min(s_h, log 100)) for cosine scores.
@@ -296,6 +306,7 @@ class AttentionCore {
   Rope rope_;
   core::Parameter<T, Space> logit_scale_;  // (H) or (1); empty for dot scores
   Tensor<T*, Space> alpha_;                // (H) score multiplier, refreshed from logit_scale_
+  double dropout_;                         // probability-dropout rate of training passes
 };
 
 }  // namespace hybridseq::layers

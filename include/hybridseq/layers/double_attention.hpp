@@ -53,6 +53,7 @@ class DoubleAttention {
     Tensor<T***, Space> o;                      // (B, n, H·Dh): history rows then latent rows
     Tensor<T*, Space> lse_history, lse_latent;  // (B·H·h), (B·H·M)
     typename Out::Saved out_in;
+    core::DropoutMask dropout_history{}, dropout_latent{};  // on each pass's probabilities
   };
 
   explicit DoubleAttention(const Options& o = {})
@@ -90,7 +91,11 @@ class DoubleAttention {
     s.o = ws.template allocate<T***>("double_attention.o", b, n, H * Dh);
     s.lse_history = ws.template allocate<T*>("double_attention.lse_history", b * H * h);
     s.lse_latent = ws.template allocate<T*>("double_attention.lse_latent", b * H * M);
-    if (h > 0) core_.template attend<HistoryScheme>(history_rows(s));
+    if (h > 0) {
+      s.dropout_history = core_.draw_dropout(ws);
+      core_.template attend<HistoryScheme>(history_rows(s));
+    }
+    s.dropout_latent = core_.draw_dropout(ws);
     core_.template attend<LatentScheme>(latent_rows(s));
   }
 
@@ -169,7 +174,8 @@ class DoubleAttention {
             b,
             h,
             h,
-            0};
+            0,
+            s.dropout_history};
   }
   /// Latent queries t ≥ h over every key.
   AttendRows<T> latent_rows(const Saved& s) const {
@@ -182,7 +188,8 @@ class DoubleAttention {
             b,
             M,
             n,
-            h};
+            h,
+            s.dropout_latent};
   }
 
   Core core_;

@@ -57,6 +57,7 @@ class EcpFaithfulAttention {
     Tensor<T*, Space> lse;                // (B·H·T)
     Tensor<T***, Space> o_first, o_rest;  // (B, min(T, m), H·Dh), (B, T − m, H·Dh)
     typename Out::Saved first_in, rest_in;
+    core::DropoutMask dropout{};  // on the probabilities (training passes)
   };
   /// The ring of 2m shared keys/values (rotated at absolute positions).
   struct State {
@@ -85,7 +86,8 @@ class EcpFaithfulAttention {
     project(ws, x, 0, s);
     s.o = ws.template allocate<T***>("ecp.o", b, n, W);
     s.lse = ws.template allocate<T*>("ecp.lse", b * H * n);
-    core_.template attend<Scheme>(pass(s.q, rows(s.kv), s.o, s.lse, n, 0));
+    s.dropout = core_.draw_dropout(ws);
+    core_.template attend<Scheme>(pass(s.q, rows(s.kv), s.o, s.lse, n, 0, s.dropout));
     output(ws, s, 0, y);
   }
 
@@ -114,7 +116,7 @@ class EcpFaithfulAttention {
     auto dq = ws.template allocate<T***>("ecp.dq", b, n, W);
     auto dk = ws.template allocate<T***>("ecp.dk", b, n, W);
     auto dv = ws.template allocate<T***>("ecp.dv", b, n, W);
-    core_.template attend_backward<Scheme>(ws, pass(s.q, rows(s.kv), s.o, s.lse, n, 0),
+    core_.template attend_backward<Scheme>(ws, pass(s.q, rows(s.kv), s.o, s.lse, n, 0, s.dropout),
                                            {rows<const T>(d_o), rows<T>(dq), rows<T>(dk), rows<T>(dv)});
     const auto fk = core::flat(dk);
     const auto fv = core::flat(dv);
@@ -179,8 +181,10 @@ class EcpFaithfulAttention {
   static Heads4 heads(const Tensor<T***, Space>& t) { return Heads4(t.data(), t.extent(0), t.extent(1), H, Dh); }
 
   static AttendRows<T> pass(const Tensor<T***, Space>& q, HeadRows<const T> kv, const Tensor<T***, Space>& o,
-                            const Tensor<T*, Space>& lse, std::int64_t tk, std::int64_t q0) {
-    return {rows(q), kv, kv, rows<T>(o), lse.data(), std::int64_t(q.extent(0)), std::int64_t(q.extent(1)), tk, q0};
+                            const Tensor<T*, Space>& lse, std::int64_t tk, std::int64_t q0,
+                            core::DropoutMask dropout = {}) {
+    return {rows(q), kv, kv,     rows<T>(o), lse.data(), std::int64_t(q.extent(0)), std::int64_t(q.extent(1)),
+            tk,      q0, dropout};
   }
 
   /// q, kv of x, rotated at absolute positions offset.. when rotary.

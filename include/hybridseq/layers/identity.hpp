@@ -19,6 +19,7 @@ class Identity {
   static constexpr int d_in = D;
   static constexpr int d_out = D;
   static constexpr bool position_wise = true;
+  static constexpr bool skip_path = true;  // ParallelBlock never drops it (Options::dropout)
 
   struct Options {};
   struct Saved {};

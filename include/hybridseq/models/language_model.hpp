@@ -19,6 +19,10 @@
 /// and its gradient is the head's plus the lookup's. It is initialised once, by the
 /// embedding's init (Options::embed.init_std; Options::head.init_std is then unused).
 ///
+/// Dropout (Options::embed_dropout on the embeddings; residual and attention dropout are
+/// options of those children) acts in training passes only: inside a core::TrainingPass,
+/// which the Trainer opens for every micro-batch; evaluate, logits and decoding run without.
+///
 /// The loss is the mean cross-entropy over targets ≠ ignore_index (−100): tasks mark
 /// unsupervised (<null>) positions that way, so they count in neither loss nor gradient.
 ///
@@ -73,6 +77,7 @@ class LanguageModel {
     typename FinalNorm::Options norm{};
     typename Head::Options head{};
     bool tie_embeddings = false;  // the head uses the embedding table E (V, D) as its weight
+    double embed_dropout = 0;     // on the embeddings x = E[ids], in training passes
 
     template <class F>
     void for_each_child(F&& f) {
@@ -85,7 +90,8 @@ class LanguageModel {
 
   struct Saved {
     typename Embed::Saved embed;
-    Tensor<T***, Space> x;  // (B, T, D) embeddings
+    Tensor<T***, Space> x;  // (B, T, D) embeddings (after dropout)
+    core::DropoutMask embed_dropout{};
     typename Body::Saved body;
     Tensor<T***, Space> h;  // (B, R, D) body output, R = logit_time(T)
     typename FinalNorm::Saved norm;
@@ -106,12 +112,16 @@ class LanguageModel {
       : embed_(o.embed),
         body_(o.body),
         norm_(o.norm),
-        head_(o.head, o.tie_embeddings ? layers::LmHeadWeight::shared : layers::LmHeadWeight::owned) {}
+        head_(o.head, o.tie_embeddings ? layers::LmHeadWeight::shared : layers::LmHeadWeight::owned),
+        embed_dropout_(o.embed_dropout) {
+    core::check_dropout("hybridseq::models::LanguageModel", "Options::embed_dropout", o.embed_dropout);
+  }
 
   /// Whether the head's weight is the embedding table (Options::tie_embeddings).
   bool tied_embeddings() const { return !head_.owns_weight(); }
 
-  /// Mean loss over supervised targets; fills `s` for backward. ids, targets (B, T).
+  /// Mean loss over supervised targets; fills `s` for backward. ids, targets (B, T). Inside a
+  /// core::TrainingPass this is a training forward (dropout on).
   T forward(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
             Saved& s) const {
     return loss(ws, ids, targets, s, api_of("forward"));
@@ -127,10 +137,12 @@ class LanguageModel {
     norm_.backward(ws, s.norm, dy, dh);
     auto dx = ws.template allocate_zeroed<T***>("lm.dx", b, t, d_model);
     body_.backward(ws, s.body, dh, dx);
+    core::apply_dropout(Space{}, s.embed_dropout, core::flat(dx));
     embed_.backward(ws, s.embed, dx);  // ... which the lookup's then adds to
   }
 
   /// Forward and backward on one batch; gradients of dloss · loss accumulate. Returns the loss.
+  /// Dropout acts when the call is inside a core::TrainingPass (the Trainer opens one).
   T train_step(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets,
                T dloss = T(1)) {
     static_assert(core::require_trainable_branch<Body>());
@@ -144,6 +156,7 @@ class LanguageModel {
   /// The loss without gradients.
   T evaluate(core::Workspace<Space>& ws, TokenIds<Space> ids, Tensor<const std::int32_t**, Space> targets) const {
     core::WorkspaceScope scope(ws);
+    core::InferencePass inference(ws);
     Saved s;
     return loss(ws, ids, targets, s, api_of("evaluate"));
   }
@@ -155,6 +168,7 @@ class LanguageModel {
     core::check_shape(api, "out", out, core::dim(ids.extent(0)), core::dim(logit_time(ids.extent(1))),
                       core::dim(Vocab));
     core::WorkspaceScope scope(ws);
+    core::InferencePass inference(ws);
     Saved s;
     features(ws, ids, s);
     head_.logits(s.y, out, head_weight());
@@ -258,6 +272,8 @@ class LanguageModel {
     const auto b = ids.extent(0), t = ids.extent(1), r = logit_time(t);
     s.x = ws.template allocate<T***>("lm.x", b, t, d_model);
     embed_.forward(ws, ids, s.x, s.embed);
+    s.embed_dropout = ws.dropout().next(embed_dropout_);
+    core::apply_dropout(Space{}, s.embed_dropout, core::flat(s.x));
     s.h = ws.template allocate<T***>("lm.h", b, r, d_model);
     body_.forward(ws, s.x, s.h, s.body);
     s.y = ws.template allocate<T***>("lm.y", b, r, d_model);
@@ -268,6 +284,7 @@ class LanguageModel {
   Body body_;
   FinalNorm norm_;
   Head head_;
+  double embed_dropout_;
 };
 
 }  // namespace hybridseq::models

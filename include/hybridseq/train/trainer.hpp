@@ -6,7 +6,9 @@
 /// Data comes from a callable `source(step, micro) -> TokenBatch<Space>`; it must be a pure
 /// function of (step, micro) (`tasks::task_batches` and `tasks::corpus_batches` are), so a
 /// checkpoint's step *is* the data stream's state and a resumed run sees exactly the batches
-/// the uninterrupted one would have. With deterministic kernels (ours are: no atomics in
+/// the uninterrupted one would have. Every micro-batch is a training pass (core::TrainingPass)
+/// keyed by (data seed, step · accumulation + micro), so dropout masks are a function of the
+/// step as well and resume exactly too. With deterministic kernels (ours are: no atomics in
 /// reductions) the resumed losses are bit-identical on the same execution space.
 
 #include <algorithm>
@@ -41,7 +43,7 @@ struct TrainerOptions {
   double clip = 1.0;          // global gradient-norm bound; 0 disables clipping
   Schedule schedule{};        // the learning rate of every step (the optimizer has none of its own)
   AdamWOptions adamw{};
-  std::uint64_t data_seed = 1;                    // recorded in checkpoints; the source uses it
+  std::uint64_t data_seed = 1;                    // recorded in checkpoints; seeds the source and dropout
   ProgressCallback progress{};                    // called after every step (e.g. TerminalProgress); empty: silent
   std::filesystem::path checkpoint{};             // where to save; empty: never
   std::int64_t checkpoint_every = 0;              // steps between saves; 0: only at the end (if a path is set)
@@ -97,6 +99,8 @@ class Trainer {
       double loss = 0;
       for (int micro = 0; micro < options_.accumulation; ++micro) {
         const TokenBatch<Space> batch = source(step_, micro);
+        core::TrainingPass training(ws_, options_.data_seed,
+                                    std::uint64_t(step_) * std::uint64_t(options_.accumulation) + std::uint64_t(micro));
         loss += double(model_.train_step(ws_, batch.ids, batch.targets, T(1) / T(options_.accumulation)));
         summary.tokens += std::int64_t(batch.ids.size());
       }

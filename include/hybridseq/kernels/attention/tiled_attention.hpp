@@ -15,6 +15,11 @@
 /// with P = exp(S − LSE), dS = P ⊙ (dO Vᵀ − Δ), Δ = rowsum(dO ⊙ O). Recomputing S in both
 /// passes costs 7 tile GEMMs instead of 5, and buys determinism without atomics.
 ///
+/// Dropout on the probabilities (FlashAttention's way): forward multiplies each probability
+/// tile by its mask after the row sums (the log-sum-exp stays the undropped one), backward
+/// regenerates the mask from the counter RNG (core/dropout.hpp): dV += (P ⊙ M)ᵀ dO and
+/// dS = P ⊙ (M ⊙ dO Vᵀ − Δ), where M holds 1/(1 − p) or 0 and Δ = rowsum(dO ⊙ O) as before.
+///
 /// Layout: Q/K/V/O rows are addressed through `HeadRows` (pointer + batch/time/head strides,
 /// head dim contiguous), so the kernel reads Q, K, V straight out of the fused QKV
 /// projection and out of a decoding KV cache without copies.
@@ -24,6 +29,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "../../core/dropout.hpp"
 #include "../../core/spaces.hpp"
 #include "../exp.hpp"
 #include "../gemm.hpp"
@@ -51,6 +57,12 @@ struct AttentionArgs {
   const T* alpha = nullptr;   // (H) score multiplier per head (1/√Dh, or the cosine temperature)
   std::int64_t batch = 0, tq = 0, tk = 0, q0 = 0;
   int heads = 0, kv_heads = 0, head_dim = 0;
+  core::DropoutMask dropout{};  // on the probabilities; element ((b·H + h)·Tq + i)·Tk + j
+
+  /// The dropout mask's factor of score (b, h, query row i, key j).
+  KOKKOS_INLINE_FUNCTION T dropout_factor(std::int64_t b, int h, std::int64_t i, std::int64_t j) const {
+    return dropout.template factor<T>(((std::uint64_t(b) * heads + h) * tq + i) * tk + j);
+  }
 };
 
 /// Gradients for backward (dq, dk, dv are overwritten, not accumulated).
@@ -131,6 +143,20 @@ void probabilities(T* s, const T* lse_row, std::int64_t p0, std::int64_t rows, s
   }
 }
 
+/// dS = P ⊙ (dP ⊙ M − Δ) in place on the tile dP = dO Vᵀ (M: the dropout factors, or 1).
+template <class T>
+void scores_gradient(const AttentionArgs<T>& a, const AttentionGrads<T>& g, std::int64_t b, int h, std::int64_t i0,
+                     std::int64_t rows, std::int64_t k0, std::int64_t cols, const T* p, T* dp) {
+  const T* delta = g.delta + (b * a.heads + h) * a.tq + i0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* dr = dp + r * tile_k;
+    const T* pr = p + r * tile_k;
+    if (a.dropout.active())
+      for (std::int64_t c = 0; c < cols; ++c) dr[c] *= a.dropout_factor(b, h, i0 + r, k0 + c);
+    for (std::int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - delta[r]);
+  }
+}
+
 /// Forward: one task per (batch, head, query tile).
 template <class Scheme, class T, class Space>
 struct Forward {
@@ -182,6 +208,8 @@ struct Forward {
         for (std::int64_t c = c0; c < c1; ++c) sr[c] = exp_in_loop(sr[c] - mx);  // vectorises
         for (std::int64_t c = c0; c < c1; ++c) sum += sr[c];
         for (std::int64_t c = c1; c < cols; ++c) sr[c] = 0;
+        if (a.dropout.active())  // after the row sum: the normaliser is the undropped one
+          for (std::int64_t c = c0; c < c1; ++c) sr[c] *= a.dropout_factor(b, h, i0 + r, k0 + c);
         l[r] = l[r] * correction + sum;
         m[r] = mx;
         if (correction != T(1)) {
@@ -255,16 +283,20 @@ struct BackwardKV {
         score_tile<Scheme>(a, b, h, hk, i0, rows, k0, cols, p);
         const bool interior = tile_is_interior<Scheme, T>(p_first, p_first + rows - 1, k0, cols, n);
         probabilities<Scheme>(p, a.lse + (b * a.heads + h) * a.tq + i0, p_first, rows, k0, cols, n, interior);
-        // dV += Pᵀ dO
-        host_gemm<T>(Op::transpose, Op::none, cols, dh, rows, T(1), p, tile_k, g.d_o.row(b, i0, h), g.d_o.time_stride,
+        // dV += Pᵀ dO (with dropout: (P ⊙ M)ᵀ dO, the dropped tile built in dp first)
+        const T* pv = p;
+        if (a.dropout.active()) {
+          for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t c = 0; c < cols; ++c)
+              dp[r * tile_k + c] = p[r * tile_k + c] * a.dropout_factor(b, h, i0 + r, k0 + c);
+          pv = dp;
+        }
+        host_gemm<T>(Op::transpose, Op::none, cols, dh, rows, T(1), pv, tile_k, g.d_o.row(b, i0, h), g.d_o.time_stride,
                      T(1), dv, dh);
-        // dP = dO Vᵀ, then dS = P ⊙ (dP − Δ)
+        // dP = dO Vᵀ (⊙ M), then dS = P ⊙ (dP − Δ)
         host_gemm<T>(Op::none, Op::transpose, rows, cols, dh, T(1), g.d_o.row(b, i0, h), g.d_o.time_stride,
                      a.v.row(b, k0, hk), a.v.time_stride, T(0), dp, tile_k);
-        const T* delta = g.delta + (b * a.heads + h) * a.tq + i0;
-        for (std::int64_t r = 0; r < rows; ++r)
-          for (std::int64_t c = 0; c < cols; ++c)
-            dp[r * tile_k + c] = p[r * tile_k + c] * (dp[r * tile_k + c] - delta[r]);
+        scores_gradient(a, g, b, h, i0, rows, k0, cols, p, dp);
         // dK += α dSᵀ Q
         host_gemm<T>(Op::transpose, Op::none, cols, dh, rows, alpha, dp, tile_k, a.q.row(b, i0, h), a.q.time_stride,
                      T(1), dk, dh);
@@ -305,7 +337,6 @@ struct BackwardQ {
     T* dq = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q * dh));
     std::fill(dq, dq + rows * dh, T(0));
     const T* lse = a.lse + (b * a.heads + h) * a.tq + i0;
-    const T* delta = g.delta + (b * a.heads + h) * a.tq + i0;
     double dalpha = 0;  // Σ dS ⊙ (S / α) over this tile row block
 
     const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
@@ -317,9 +348,7 @@ struct BackwardQ {
       probabilities<Scheme>(p, lse, p_first, rows, k0, cols, n, interior);
       host_gemm<T>(Op::none, Op::transpose, rows, cols, dh, T(1), g.d_o.row(b, i0, h), g.d_o.time_stride,
                    a.v.row(b, k0, hk), a.v.time_stride, T(0), dp, tile_k);
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c = 0; c < cols; ++c)
-          dp[r * tile_k + c] = p[r * tile_k + c] * (dp[r * tile_k + c] - delta[r]);
+      scores_gradient(a, g, b, h, i0, rows, k0, cols, p, dp);
       if (g.dalpha)
         for (std::int64_t r = 0; r < rows; ++r)
           for (std::int64_t c = 0; c < cols; ++c) dalpha += double(dp[r * tile_k + c]) * double(scores[r * tile_k + c]);

@@ -44,7 +44,8 @@ void attention_forward(const attention::AttentionArgs<T>& a) {
       for (std::int64_t i = 0; i < a.tq; ++i)
         for (int d = 0; d < a.head_dim; ++d) {
           long double acc = 0;
-          for (std::int64_t j = 0; j < a.tk; ++j) acc += p[i * a.tk + j] * a.v.row(b, j, hk)[d];
+          for (std::int64_t j = 0; j < a.tk; ++j)
+            acc += p[i * a.tk + j] * a.dropout_factor(b, h, i, j) * a.v.row(b, j, hk)[d];
           a.o.row(b, i, h)[d] = T(acc);
         }
     }
@@ -71,6 +72,7 @@ void attention_backward(const attention::AttentionArgs<T>& a, const attention::A
         std::vector<long double> dp(a.tk, 0.0L);
         for (std::int64_t j = 0; j < a.tk; ++j) {
           for (int d = 0; d < a.head_dim; ++d) dp[j] += (long double)g.d_o.row(b, i, h)[d] * a.v.row(b, j, hk)[d];
+          dp[j] *= a.dropout_factor(b, h, i, j);
           rowsum += p[i * a.tk + j] * dp[j];
         }
         for (std::int64_t j = 0; j < a.tk; ++j) ds[i * a.tk + j] = p[i * a.tk + j] * (dp[j] - rowsum);
@@ -86,7 +88,7 @@ void attention_backward(const attention::AttentionArgs<T>& a, const attention::A
           long double dk = 0, dv = 0;
           for (std::int64_t i = 0; i < a.tq; ++i) {
             dk += ds[i * a.tk + j] * a.q.row(b, i, h)[d];
-            dv += p[i * a.tk + j] * g.d_o.row(b, i, h)[d];
+            dv += p[i * a.tk + j] * a.dropout_factor(b, h, i, j) * g.d_o.row(b, i, h)[d];
           }
           g.dk.row(b, j, hk)[d] += T(dk * a.alpha[h]);
           g.dv.row(b, j, hk)[d] += T(dv);
