@@ -36,14 +36,18 @@ NAME = re.compile(r"long_context_(train|forward|decode)/(.+?)/(?:T:(\d+)/tokens:
 def run(bench, repetitions, out):
     """Two runs into one JSON: the steps on 2 threads, decoding on 1 (one token at batch 1 is a
     chain of small kernels, which 2 threads' barriers make hostage to any other process on a
-    shared 2-core machine)."""
+    shared 2-core machine). Progress goes to stdout."""
     runs = []
     for pattern, threads in ((STEPS, "2"), (DECODE, "1")):
         env = dict(os.environ, OMP_NUM_THREADS=threads, OMP_PROC_BIND="false")
+        part = f"{out}.{threads}"
         cmd = [bench, f"--benchmark_filter={pattern}", f"--benchmark_repetitions={repetitions}",
-               "--benchmark_enable_random_interleaving=true", "--benchmark_format=json"]
-        print(f"OMP_NUM_THREADS={threads} " + " ".join(cmd), file=sys.stderr)
-        runs.append(json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout))
+               "--benchmark_enable_random_interleaving=true", f"--benchmark_out={part}", "--benchmark_out_format=json"]
+        print(f"OMP_NUM_THREADS={threads} " + " ".join(cmd), flush=True)
+        subprocess.run(cmd, env=env, check=True)
+        with open(part) as f:
+            runs.append(json.load(f))
+        os.remove(part)
     with open(out, "w") as f:
         json.dump({"context": runs[0]["context"], "benchmarks": runs[0]["benchmarks"] + runs[1]["benchmarks"]}, f,
                   indent=1)
