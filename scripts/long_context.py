@@ -73,6 +73,10 @@ def mb(x):
     return f"{x / 1e6:.1f}"
 
 
+def forward_flops(r):
+    return sum(v for k, v in r.items() if k.startswith("flops:"))
+
+
 def training_bytes(r):
     return r["peak_workspace_bytes"] + r["parameter_bytes"] + r["gradient_bytes"] + r["optimizer_bytes"]
 
@@ -110,15 +114,15 @@ def tables(context, best, spread, command):
         cells = []
         for t in LENGTHS:
             r = best[("forward", m, t)]
-            flops = sum(v for k, v in r.items() if k.startswith("flops:"))
             cells.append(f"{r['tokens/s']:.0f} / {mb(r['peak_workspace_bytes'])} MB / "
-                         f"{flops / (r['real_time'] / 1e3) / 1e9:.0f}")
+                         f"{forward_flops(r) / (r['real_time'] / 1e3) / 1e9:.0f}")
         out.append(f"| {m} | " + " | ".join(cells) + " |")
 
     out += ["", "**PHA ÷ attention-only, same run** (throughput: > 1 is PHA faster; memory: < 1 is PHA smaller; "
-            "\"training memory\" adds parameters, gradients and AdamW state to the peak workspace):", "",
-            "| T | baseline | train tokens/s | forward tokens/s | peak workspace | training memory | paper: throughput "
-            "| paper: memory |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+            "\"counted work\" is the baseline's counted forward FLOPs ÷ PHA's: the throughput ratio if every FLOP ran "
+            "equally fast; \"training memory\" adds parameters, gradients and AdamW state to the peak workspace):", "",
+            "| T | baseline | train tokens/s | forward tokens/s | counted work | peak workspace | training memory "
+            "| paper: throughput | paper: memory |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for t in LENGTHS:
         p, pf = best[("train", "pha", t)], best[("forward", "pha", t)]
         for base in BASELINES:
@@ -128,6 +132,7 @@ def tables(context, best, spread, command):
             paper_t = f"{PAPER_THROUGHPUT[t]:.3f}" if t in PAPER_THROUGHPUT else ""
             paper_m = f"{PAPER_MEMORY[t]:.3f}" if t in PAPER_MEMORY else ""
             out.append(f"| {t} | {base} | {p['tokens/s'] / b['tokens/s']:.3f} | {pf['tokens/s'] / bf['tokens/s']:.3f} "
+                       f"| {forward_flops(b) / forward_flops(p):.3f} "
                        f"| {p['peak_workspace_bytes'] / b['peak_workspace_bytes']:.3f} "
                        f"| {training_bytes(p) / training_bytes(b):.3f} | {paper_t} | {paper_m} |")
 
@@ -142,8 +147,6 @@ def tables(context, best, spread, command):
         groups += sorted({k.split(":", 1)[1] for t in LENGTHS for k in best[("train", m, t)]
                           if k.startswith("peak:") and k.split(":", 1)[1] not in groups})
         for g in groups:
-            if f"flops:{g}" not in r0 and all(best[("train", m, t)].get(f"peak:{g}", 0) < 1e5 for t in LENGTHS):
-                continue  # a group without counted work that never holds 0.1 MB (norms)
             cells = []
             for t in LENGTHS:
                 r = best[("train", m, t)]
@@ -171,12 +174,12 @@ def plot(best, png):
     for m in MODELS:
         if ("train", m, LENGTHS[0]) not in best:
             continue
-        axes[0].plot(LENGTHS, [best[("train", m, t)]["tokens/s"] for t in LENGTHS], marker="o", label=m)
-        axes[1].plot(LENGTHS, [best[("train", m, t)]["peak_workspace_bytes"] / 1e6 for t in LENGTHS], marker="o",
-                     label=m)
+        style = dict(marker="o", label=m, color=f"C{MODELS.index(m)}")  # one colour per model in every panel
+        axes[0].plot(LENGTHS, [best[("train", m, t)]["tokens/s"] for t in LENGTHS], **style)
+        axes[1].plot(LENGTHS, [best[("train", m, t)]["peak_workspace_bytes"] / 1e6 for t in LENGTHS], **style)
         positions = sorted(n for (k, mm, n) in best if k == "decode" and mm == m)
         if positions:
-            axes[2].plot(positions, [best[("decode", m, p)]["us_per_token"] for p in positions], marker="o", label=m)
+            axes[2].plot(positions, [best[("decode", m, p)]["us_per_token"] for p in positions], **style)
     titles = ["training step, tokens/s (8192 tokens per step)", "training step, peak workspace (MB)",
               "decoding, µs per token at position p"]
     for ax, title, xlabel in zip(axes, titles, ["T", "T", "position p"]):
