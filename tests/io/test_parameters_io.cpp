@@ -1,7 +1,10 @@
 // Weights files against a model: missing, extra and mis-shaped tensors are refused clearly.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <filesystem>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include <hybridseq/io/parameters.hpp>
@@ -78,4 +81,59 @@ TEST_CASE("save/load converts dtypes and keeps metadata", "[io][host]") {
   });
   REQUIRE(va == vb);
   std::filesystem::remove(path);
+}
+
+namespace {
+/// Every parameter value of `m`, in visit order: compared before and after a refused load.
+template <class Module>
+std::vector<float> values_of(Module& m) {
+  std::vector<float> out;
+  core::for_each_parameter(m, [&](std::string_view, auto& p) {
+    for (std::size_t i = 0; i < p.value().extent(0); ++i) out.push_back(p.value()(i));
+  });
+  return out;
+}
+}  // namespace
+
+TEST_CASE("load_parameters is all or nothing: a refusal at the last tensor leaves the model unchanged", "[io][host]") {
+  Ffn ffn, donor;
+  core::initialize(ffn, 3);
+  core::initialize(donor, 4);
+  const auto before = values_of(ffn);
+  REQUIRE(before != values_of(donor));
+  // Every tensor right (different values) except the last one visited, fc2.bias.
+  auto file_with_last = [&](auto&& add_last) {
+    io::SafetensorsWriter w;
+    core::for_each_parameter(donor, [&](std::string_view name, auto& p) {
+      if (name == "fc2.bias") return;
+      std::vector<float> v(p.value().data(), p.value().data() + p.value().extent(0));
+      const auto shape = p.shape();
+      w.add<float>(std::string(name), v, std::vector<std::int64_t>(shape.begin(), shape.begin() + p.rank()));
+    });
+    add_last(w);
+    return io::SafetensorsFile::from_bytes(w.serialize(), "donor");
+  };
+  const auto wrong_shape =
+      file_with_last([](auto& w) { w.template add<float>("fc2.bias", std::vector<float>(5), {5}); });
+  REQUIRE_THROWS_WITH(io::load_parameters(ffn, wrong_shape),
+                      Contains("hybridseq::io::load_parameters") && Contains("tensor 'fc2.bias' has shape (5)"));
+  CHECK(values_of(ffn) == before);
+  const auto integers =
+      file_with_last([](auto& w) { w.template add<std::int32_t>("fc2.bias", std::vector<std::int32_t>(4), {4}); });
+  REQUIRE_THROWS_WITH(io::load_parameters(ffn, integers), Contains("dtype I32, which cannot be read as float"));
+  CHECK(values_of(ffn) == before);
+  const auto nan = file_with_last([](auto& w) {
+    w.template add<float>("fc2.bias", std::vector<float>{0, std::numeric_limits<float>::quiet_NaN(), 0, 0}, {4});
+  });
+  REQUIRE_THROWS_AS(io::load_parameters(ffn, nan, {.require_finite = true}), io_error);
+  REQUIRE_THROWS_WITH(io::load_parameters(ffn, nan, {.require_finite = true}),
+                      Contains("tensor 'fc2.bias' element 1 is nan (non-finite values refused)"));
+  CHECK(values_of(ffn) == before);
+  const auto wide = file_with_last([](auto& w) { w.template add<double>("fc2.bias", std::vector<double>(4), {4}); });
+  REQUIRE_THROWS_WITH(io::load_parameters(ffn, wide, {.exact_dtype = true}),
+                      Contains("tensor 'fc2.bias' is stored as F64 but the model's parameter is F32"));
+  CHECK(values_of(ffn) == before);
+  // Opt-in: without require_finite a NaN loads (the documented default, as in PyTorch).
+  io::load_parameters(ffn, nan);
+  CHECK(values_of(ffn) != before);
 }

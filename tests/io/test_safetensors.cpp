@@ -21,6 +21,8 @@
 
 #include <hybridseq/io/safetensors.hpp>
 
+#include <unistd.h>
+
 #ifndef HYBRIDSEQ_GOLDEN_DIR
 // The build defines it as a string literal: the absolute path of tests/golden.
 #error "HYBRIDSEQ_GOLDEN_DIR is not defined"
@@ -690,6 +692,95 @@ TEST_CASE("safetensors: the writer reports an unwritable path", "[io][host]") {
   REQUIRE_THROWS_AS(SafetensorsWriter{}.write(p), hybridseq::io_error);
   REQUIRE_THROWS_WITH(SafetensorsWriter{}.write(p),
                       Contains("hybridseq::io::SafetensorsWriter::write") && Contains(p.string()));
+}
+
+TEST_CASE("safetensors: a write refused for its destination leaves no temporary file", "[io][host]") {
+  TempDir dir;
+  SafetensorsWriter w;
+  w.add<float>("a", std::vector<float>{1, 2}, {2});
+  // A directory where the file should go.
+  const fs::path d = dir.file("a_directory");
+  fs::create_directories(d);
+  REQUIRE_THROWS_AS(w.write(d), hybridseq::io_error);
+  REQUIRE_THROWS_WITH(w.write(d), Contains("hybridseq::io::SafetensorsWriter::write") && Contains(d.string()) &&
+                                      Contains("is a directory"));
+  CHECK_FALSE(fs::exists(SafetensorsWriter::temporary_path(d)));
+  // A directory nobody may write to (root may write anywhere, so only checked otherwise).
+  const fs::path locked = dir.file("locked");
+  fs::create_directories(locked);
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_exec);
+  if (::geteuid() != 0) {
+    REQUIRE_THROWS_WITH(w.write(locked / "x.safetensors"),
+                        Contains("cannot open the file for writing") && Contains("ermission denied"));
+  }
+  fs::permissions(locked, fs::perms::owner_all);
+  CHECK(fs::is_empty(locked));
+  // A stale temporary file from a killed write is replaced, and removed once written.
+  const fs::path p = dir.file("x.safetensors");
+  write_bytes(SafetensorsWriter::temporary_path(p), "torn");
+  w.write(p);
+  CHECK_FALSE(fs::exists(SafetensorsWriter::temporary_path(p)));
+  CHECK(SafetensorsFile::open(p).read<float>("a") == std::vector<float>{1, 2});
+  write_bytes(SafetensorsWriter::temporary_path(p), "torn");
+  CHECK(SafetensorsWriter::remove_stale_temporary(p));
+  CHECK_FALSE(fs::exists(SafetensorsWriter::temporary_path(p)));
+  CHECK_FALSE(SafetensorsWriter::remove_stale_temporary(p));
+}
+
+TEST_CASE("safetensors: from_bytes validates like open, without a file", "[io][host]") {
+  TempDir dir;
+  const fs::path p = dir.file("interop.safetensors");
+  interop_writer().write(p);
+  const std::string bytes = read_bytes(p);
+  const SafetensorsFile a = SafetensorsFile::open(p);
+  const SafetensorsFile b = SafetensorsFile::from_bytes(bytes, "in-memory");
+  CHECK(b.path() == "in-memory");
+  REQUIRE(a.tensors().size() == b.tensors().size());
+  for (std::size_t i = 0; i < a.tensors().size(); ++i) CHECK(a.tensors()[i].name == b.tensors()[i].name);
+  CHECK(a.read<float>("a_f32") == b.read<float>("a_f32"));
+  CHECK(a.metadata() == b.metadata());
+  REQUIRE_THROWS_WITH(SafetensorsFile::from_bytes(std::string_view(bytes).substr(0, bytes.size() - 1), "cut"),
+                      Contains("hybridseq::io::read_safetensors: cut: ") && Contains("truncated"));
+  REQUIRE_THROWS_WITH(SafetensorsFile::from_bytes(std::string_view("1234"), "tiny"),
+                      Contains("file is 4 bytes, shorter than the 8-byte header length prefix"));
+}
+
+TEST_CASE("safetensors: a checksum refuses any changed data byte or metadata value", "[io][host]") {
+  SafetensorsWriter w;
+  w.set_metadata("step", "12");
+  w.add<float>("a", std::vector<float>{1.5f, -2.0f, 3.25f}, {3});
+  w.add<std::int64_t>("b", std::vector<std::int64_t>{7, 8}, {2});
+  SafetensorsWriter unchecked = w;
+  w.add_checksum();
+  const std::string good = w.serialize();
+  const SafetensorsFile f = SafetensorsFile::from_bytes(good);
+  REQUIRE(f.has_checksum());
+  CHECK(f.metadata().at("step") == "12");
+  CHECK_FALSE(SafetensorsFile::from_bytes(unchecked.serialize()).has_checksum());
+
+  std::uint64_t header_len = 0;
+  std::memcpy(&header_len, good.data(), 8);
+  const std::size_t data_begin = 8 + header_len;
+  REQUIRE(good.size() - data_begin == 3 * 4 + 2 * 8);
+  for (std::size_t i = data_begin; i < good.size(); ++i) {
+    INFO("data byte " << i - data_begin);
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x10);
+    REQUIRE_THROWS_AS(SafetensorsFile::from_bytes(bad), hybridseq::io_error);
+    REQUIRE_THROWS_WITH(SafetensorsFile::from_bytes(bad), Contains("checksum mismatch") && Contains("hybridseq.crc32"));
+    // Without the checksum the same change reads as valid: the checksum is what refuses it.
+    std::string plain = unchecked.serialize();
+    char& twin = plain[plain.size() - (good.size() - i)];
+    twin = static_cast<char>(twin ^ 0x10);
+    CHECK_NOTHROW(SafetensorsFile::from_bytes(plain));
+  }
+  // A metadata value of the same length (the header stays valid JSON).
+  std::string bad = good;
+  const std::size_t step = bad.find("\"12\"");
+  REQUIRE(step != std::string::npos);
+  bad[step + 1] = '9';
+  REQUIRE_THROWS_WITH(SafetensorsFile::from_bytes(bad), Contains("checksum mismatch"));
+  REQUIRE_THROWS_WITH(SafetensorsWriter{}.set_metadata("hybridseq.crc32", "0"), Contains("reserved for the checksum"));
 }
 
 TEST_CASE("safetensors: Dtype helpers", "[io][host]") {

@@ -4,7 +4,13 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <hybridseq/decode.hpp>
@@ -15,6 +21,7 @@
 #include "cases/model_cases.hpp"
 #include "support/spaces.hpp"
 #include "support/testbed.hpp"
+#include <unistd.h>
 
 using namespace hybridseq;
 
@@ -131,6 +138,201 @@ HYBRIDSEQ_SPACE_TEST_CASE("trainer: resuming from a checkpoint reproduces the un
   CHECK_THROWS_WITH(tc.resume(path), Catch::Contains("data seed 42"));
   std::filesystem::remove(path);
   CHECK_THROWS_AS(tb.resume(path), io_error);
+}
+
+namespace {
+
+/// Everything a checkpoint load may write: parameters, both moments and the step count.
+template <class Model, class Optimizer>
+std::vector<std::vector<double>> training_state(Model& m, const Optimizer& opt) {
+  auto out = parameters_of(m);
+  opt.for_each_moment([&](std::string_view, const auto& mo, const auto& v) {
+    out.push_back(testing::to_vector(mo));
+    out.push_back(testing::to_vector(v));
+  });
+  out.push_back({double(opt.step_count())});
+  return out;
+}
+
+/// Rewrites the checkpoint at `path` through `edit(metadata, tensors)` with a fresh, valid
+/// checksum: a file whose only fault is the one the edit makes.
+template <class Edit>
+void rewrite_checkpoint(const std::filesystem::path& path, Edit&& edit) {
+  const auto file = io::SafetensorsFile::open(path);
+  auto metadata = file.metadata();
+  metadata.erase(std::string(io::checksum_key));
+  std::map<std::string, std::pair<std::vector<float>, std::vector<std::int64_t>>> tensors;
+  for (const auto& t : file.tensors()) tensors[t.name] = {file.read<float>(t.name), t.shape};
+  edit(metadata, tensors);
+  io::SafetensorsWriter w;
+  for (const auto& [k, v] : metadata) w.set_metadata(k, v);
+  for (const auto& [name, t] : tensors) w.add<float>(name, t.first, t.second);
+  w.add_checksum();
+  w.write(path);
+}
+
+/// A fresh directory under the system temp dir for one test, removed afterwards.
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& name)
+      : path(std::filesystem::temp_directory_path() / ("hybridseq_" + name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+HYBRIDSEQ_SPACE_TEST_CASE("checkpoint: every refused load leaves the model and the optimizer byte-identical",
+                          "[trainer][checkpoint]") {
+  using M = Hybrid<TestType>;
+  const ScratchDir dir(std::string("refused_") + TestType::name());
+  const auto path = dir.path / "ckpt.safetensors";
+  const auto task = tiny_task();
+  train::TrainerOptions o{.steps = 4, .schedule = {.total_steps = 4}, .data_seed = 42};
+  auto a = make_model<M>(1);
+  train::Trainer ta(a, o);
+  ta.run(task_source<TestType>(task, o.data_seed), 2);
+  ta.save(path);
+  const std::string good = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  const auto restore_good = [&] { std::ofstream(path, std::ios::binary | std::ios::trunc) << good; };
+
+  // The target: a trained model whose state differs from the checkpoint's everywhere.
+  auto b = make_model<M>(7);
+  train::Trainer tb(b, o);
+  tb.run(task_source<TestType>(task, o.data_seed), 1);
+  const auto before = training_state(b, tb.optimizer());
+  const auto unchanged = [&] {
+    CHECK(training_state(b, tb.optimizer()) == before);
+    CHECK(tb.step() == 1);
+  };
+
+  // One flipped byte in the data buffer: the checksum refuses it.
+  {
+    std::string bad = good;
+    bad[bad.size() - 5] = static_cast<char>(bad[bad.size() - 5] ^ 0x01);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bad;
+    REQUIRE_THROWS_AS(tb.resume(path), io_error);
+    REQUIRE_THROWS_WITH(tb.resume(path),
+                        Catch::Contains("hybridseq::io::read_safetensors") && Catch::Contains("checksum mismatch"));
+    unchanged();
+  }
+  // A negative step (the next step's learning rate would be NaN), a malformed seed.
+  for (const auto& [key, value, message] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"step", "-3", "metadata 'step' is -3, must be >= 0"},
+           {"adamw_step", "-1", "metadata 'adamw_step' is -1, must be >= 0"},
+           {"data_seed", "-1", "metadata 'data_seed' is '-1', not a whole number"},
+           {"step", "2x", "metadata 'step' is '2x', not a whole number"},
+           {"hybridseq.checkpoint", "1", "unsupported checkpoint version '1'"}}) {
+    INFO(key << " = " << value);
+    restore_good();
+    rewrite_checkpoint(path, [&](auto& meta, auto&) { meta[key] = value; });
+    REQUIRE_THROWS_AS(tb.resume(path), io_error);
+    REQUIRE_THROWS_WITH(tb.resume(path), Catch::Contains("hybridseq::train::Trainer::resume") &&
+                                             Catch::Contains(path.string()) && Catch::Contains(message));
+    unchanged();
+  }
+  // A NaN in the last optimizer tensor (with a valid checksum: a diverged or forged file).
+  restore_good();
+  rewrite_checkpoint(path, [](auto&, auto& tensors) {
+    tensors.rbegin()->second.first.back() = std::numeric_limits<float>::quiet_NaN();
+  });
+  REQUIRE_THROWS_WITH(tb.resume(path), Catch::Contains("is nan (non-finite values refused)"));
+  unchanged();
+  // Another data stream: refused after reading, before writing.
+  restore_good();
+  auto o2 = o;
+  o2.data_seed = 43;
+  train::Trainer tc(b, o2);
+  REQUIRE_THROWS_AS(tc.resume(path), config_error);
+  REQUIRE_THROWS_WITH(tc.resume(path), Catch::Contains("was trained with data seed 42, this trainer uses 43"));
+  CHECK(parameters_of(b) == std::vector(before.begin(), before.begin() + std::ptrdiff_t(parameters_of(b).size())));
+  // load_checkpoint itself: a checkpoint of another model.
+  auto other = make_model<cases::TransformerTiny<float, TestType>>(1, 2);
+  train::AdamW<decltype(other)> other_opt(other, {});
+  const auto other_before = training_state(other, other_opt);
+  REQUIRE_THROWS_AS(train::load_checkpoint(path, other, other_opt), io_error);
+  CHECK(training_state(other, other_opt) == other_before);
+  // The good file still loads.
+  tb.resume(path);
+  CHECK(tb.step() == 2);
+  CHECK(training_state(b, tb.optimizer()) == training_state(a, ta.optimizer()));
+  CHECK_THROWS_WITH(
+      train::save_checkpoint(path, a, ta.optimizer(), {.step = -1}),
+      Catch::Contains("hybridseq::train::save_checkpoint") && Catch::Contains("step must be >= 0, got -1"));
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("checkpoint: a directory path is refused up front and a stale temporary file is removed",
+                          "[trainer][checkpoint]") {
+  auto m = make_model<Hybrid<TestType>>(1);
+  const ScratchDir dir(std::string("ckpt_path_") + TestType::name());
+  REQUIRE_THROWS_AS(train::Trainer(m, {.steps = 2, .schedule = {.total_steps = 2}, .checkpoint = dir.path}), io_error);
+  REQUIRE_THROWS_WITH(train::Trainer(m, {.steps = 2, .schedule = {.total_steps = 2}, .checkpoint = dir.path}),
+                      Catch::Contains("hybridseq::train::Trainer") && Catch::Contains("is a directory"));
+  train::AdamW<Hybrid<TestType>> opt(m, {});
+  REQUIRE_THROWS_WITH(train::save_checkpoint(dir.path, m, opt, {}), Catch::Contains("is a directory"));
+  CHECK(std::filesystem::is_empty(dir.path));
+  CHECK_FALSE(std::filesystem::exists(io::SafetensorsWriter::temporary_path(dir.path)));
+  // A write killed before its rename left a temporary file: the next trainer removes it.
+  const auto path = dir.path / "ckpt.safetensors";
+  std::ofstream(io::SafetensorsWriter::temporary_path(path)) << "torn";
+  train::Trainer t(m, {.steps = 2, .schedule = {.total_steps = 2}, .checkpoint = path});
+  CHECK_FALSE(std::filesystem::exists(io::SafetensorsWriter::temporary_path(path)));
+  REQUIRE_THROWS_WITH(train::Trainer(m, {.steps = 2, .schedule = {.total_steps = 2}, .checkpoint_every = -1}),
+                      Catch::Contains("checkpoint_every must be >= 0"));
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("trainer: a stop request ends the run after the current step, with a checkpoint",
+                          "[trainer][checkpoint]") {
+  using M = Hybrid<TestType>;
+  const ScratchDir dir(std::string("stop_") + TestType::name());
+  const auto path = dir.path / "ckpt.safetensors";
+  const auto task = tiny_task();
+  int asked = 0;
+  train::TrainerOptions o{.steps = 10,
+                          .schedule = {.total_steps = 10},
+                          .checkpoint = path,
+                          .checkpoint_every = 4,
+                          .stop_requested = [&asked] { return ++asked == 3; }};
+  auto a = make_model<M>(1);
+  train::Trainer ta(a, o);
+  const auto summary = ta.run(task_source<TestType>(task, o.data_seed));
+  CHECK(summary.stopped);
+  CHECK(summary.log.size() == 3);
+  CHECK(ta.step() == 3);
+  // The checkpoint holds step 3, and resuming from it continues the uninterrupted run exactly.
+  auto b = make_model<M>(9);
+  o.stop_requested = {};
+  o.checkpoint.clear();
+  train::Trainer tb(b, o);
+  tb.resume(path);
+  CHECK(tb.step() == 3);
+  CHECK(training_state(b, tb.optimizer()) == training_state(a, ta.optimizer()));
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("trainer: an empty batch is refused with the step named, not trained on as loss 0",
+                          "[trainer]") {
+  auto m = make_model<Hybrid<TestType>>(1);
+  const auto before = parameters_of(m);
+  train::Trainer t(m, {.steps = 3, .schedule = {.total_steps = 3}});
+  for (const auto& [b, len] : {std::pair{0, 8}, std::pair{2, 0}}) {
+    const auto empty = [b = b, len = len](std::int64_t, int) {
+      return train::TokenBatch<TestType>{Tensor<std::int32_t**, TestType>("ids", b, len),
+                                         Tensor<std::int32_t**, TestType>("targets", b, len)};
+    };
+    REQUIRE_THROWS_AS(t.run(empty), value_error);
+    REQUIRE_THROWS_WITH(t.run(empty), Catch::Contains("hybridseq::train::Trainer::run") &&
+                                          Catch::Contains("step 1 micro-batch 0 is empty"));
+  }
+  CHECK(parameters_of(m) == before);
+  CHECK(t.step() == 0);
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("trainer: gradient accumulation over two half batches equals one full batch", "[trainer]") {
@@ -261,4 +463,41 @@ HYBRIDSEQ_SPACE_TEST_CASE("decode: greedy generation is the argmax of the full f
   CHECK(first == again);
   CHECK_THROWS_AS(session.generate(1, {.temperature = -1}), value_error);
   CHECK_THROWS_AS(session.prefill({1, 2, 3}, 2), shape_error);
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("decode: restoring a snapshot not taken from this session is refused, state unchanged",
+                          "[decode]") {
+  using M = cases::HybridTiny<double, TestType>;
+  auto m = make_model<M>(11);
+  auto twin = make_model<M>(11);
+  const std::vector<std::int32_t> prompt{1, 2, 3, 4, 5, 6};
+  decode::Session session(m, 2), narrow(m, 1), elsewhere(twin, 2);
+  session.prefill(prompt, 3);
+  narrow.prefill({1, 2, 3}, 3);
+  elsewhere.prefill(prompt, 3);
+  const auto logits = session.last_logits();
+  const auto expect_unchanged = [&] {
+    CHECK(session.length() == 3);
+    CHECK(session.last_logits() == logits);
+  };
+  REQUIRE_THROWS_AS(session.restore({}), value_error);
+  REQUIRE_THROWS_WITH(session.restore({}), Catch::Contains("hybridseq::decode::Session::restore") &&
+                                               Catch::Contains("the snapshot is empty (default-constructed"));
+  expect_unchanged();
+  REQUIRE_THROWS_AS(session.restore(narrow.snapshot()), shape_error);
+  REQUIRE_THROWS_WITH(session.restore(narrow.snapshot()),
+                      Catch::Contains("the snapshot holds 1 sequences; this session holds 2"));
+  expect_unchanged();
+  REQUIRE_THROWS_WITH(session.restore(elsewhere.snapshot()),
+                      Catch::Contains("the snapshot was taken from a session over another model"));
+  expect_unchanged();
+  // The session goes on as if the refused calls never happened; a sibling session's snapshot
+  // over the same model restores.
+  decode::Session sibling(m, 2);
+  sibling.prefill(prompt, 3);
+  const auto snap = sibling.snapshot();
+  CHECK(session.generate(4) == sibling.generate(4));
+  session.restore(snap);
+  CHECK(session.length() == 3);
+  CHECK(session.last_logits() == logits);
 }

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "../core/concepts.hpp"
@@ -80,14 +81,40 @@ class Session {
   const std::vector<double>& last_logits() const { return last_; }
   std::int64_t length() const { return state_.length; }
 
-  struct Snapshot {
-    State state;
-    std::vector<double> last;
+  /// The whole decoding state at one position. Opaque: only a session makes one, and it
+  /// remembers the model and batch it was taken from, because its state tree is sized by them
+  /// (KV-cache capacity, batch) and restoring it anywhere else would copy between Views of
+  /// different extents. A default-constructed Snapshot holds nothing and restores nowhere.
+  class Snapshot {
+   public:
+    Snapshot() = default;
+    bool empty() const { return model_ == nullptr; }
+
+   private:
+    friend class Session;
+    Snapshot(const Model* model, int batch, State state, std::vector<double> last)
+        : model_(model), batch_(batch), state_(std::move(state)), last_(std::move(last)) {}
+    const Model* model_ = nullptr;
+    int batch_ = 0;
+    State state_{};
+    std::vector<double> last_;
   };
-  Snapshot snapshot() const { return {model_.snapshot(state_), last_}; }
+  Snapshot snapshot() const { return Snapshot(&model_, batch_, model_.snapshot(state_), last_); }
+
+  /// Returns the session to `s`, taken from a session over this same model object with the
+  /// same batch (this one, or another over the same model); anything else is refused before
+  /// the state changes.
   void restore(const Snapshot& s) {
-    model_.restore(state_, s.state);
-    last_ = s.last;
+    constexpr const char* api = "hybridseq::decode::Session::restore";
+    if (s.empty()) fail<value_error>(api, "the snapshot is empty (default-constructed, not taken from a session)");
+    if (s.model_ != &model_)
+      fail<value_error>(api, "the snapshot was taken from a session over another model (",
+                        static_cast<const void*>(s.model_), ", this session's is ", static_cast<const void*>(&model_),
+                        ")");
+    if (s.batch_ != batch_)
+      fail<shape_error>(api, "the snapshot holds ", s.batch_, " sequences; this session holds ", batch_);
+    model_.restore(state_, s.state_);
+    last_ = s.last_;
   }
 
  private:

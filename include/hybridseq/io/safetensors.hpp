@@ -13,12 +13,20 @@
 /// refuses anything else with an io_error naming the file and the offending values.
 /// Supported dtypes: F32, F64, F16, BF16, I32, I64. Host-only code. The header JSON is parsed
 /// and written with nlohmann-json; F16 and BF16 convert through Eigen::half and Eigen::bfloat16.
+///
+/// Integrity: a writer may store a CRC-32 (Boost.CRC) of the data buffer and of the other
+/// metadata entries under `__metadata__["hybridseq.crc32"]`; a file that carries one is
+/// verified whenever it is opened, so a flipped bit anywhere in the tensors or the metadata is
+/// refused. Files are written durably: to `<path>.tmp`, fsync'ed, renamed over `<path>`, and
+/// the directory fsync'ed (POSIX), so a crash leaves either the old file or the new one.
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -37,9 +45,13 @@
 #include <vector>
 
 #include <Eigen/Core>
+#include <boost/crc.hpp>
 
 #include "../core/error.hpp"
+#include <fcntl.h>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace hybridseq::io {
 
@@ -261,7 +273,30 @@ inline bool is_valid_utf8(const std::string& s) {
 
 inline constexpr std::string_view read_api = "hybridseq::io::read_safetensors";
 
+/// CRC-32 (IEEE 802.3, as zlib) of the data buffer followed by every metadata entry but the
+/// checksum's own, as key NUL value NUL in key order: what `checksum_key` stores.
+inline std::uint32_t content_crc32(std::span<const std::span<const char>> data,
+                                   const std::map<std::string, std::string>& metadata, std::string_view skip) {
+  boost::crc_32_type crc;
+  for (const auto& bytes : data) crc.process_bytes(bytes.data(), bytes.size());
+  for (const auto& [k, v] : metadata) {
+    if (k == skip) continue;
+    crc.process_bytes(k.data(), k.size() + 1);  // the terminating NUL separates key and value
+    crc.process_bytes(v.data(), v.size() + 1);
+  }
+  return crc.checksum();
+}
+
+inline std::string hex32(std::uint32_t x) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", x);
+  return buf;
+}
+
 }  // namespace detail
+
+/// The `__metadata__` key under which a checksum is stored (8 lower-case hex digits).
+inline constexpr std::string_view checksum_key = "hybridseq.crc32";
 
 // ---------------------------------------------------------------------------------------------
 // Reading
@@ -295,6 +330,13 @@ class SafetensorsFile {
   /// "hybridseq::io::read_safetensors: <path>: ") if it cannot be read or is not a valid
   /// safetensors file with supported dtypes.
   static SafetensorsFile open(const std::filesystem::path& path);
+
+  /// Validates `bytes` as a whole safetensors file held in memory (copied); `name` stands for
+  /// the path in error messages. Same checks and errors as open().
+  static SafetensorsFile from_bytes(std::span<const char> bytes, std::string name = "<memory>");
+
+  /// Whether the file carries a checksum (it was verified when the file was opened).
+  bool has_checksum() const { return metadata_.contains(std::string(checksum_key)); }
 
   /// The "__metadata__" entries (empty if the header has none).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -379,6 +421,7 @@ class SafetensorsFile {
   void parse_metadata(const detail::Json& v);
   void parse_tensor(const std::string& name, const detail::Json& v);
   void check_tiling(std::size_t data_size) const;
+  void validate();
 
   std::filesystem::path path_;
   std::vector<char> bytes_;      // the whole file
@@ -413,32 +456,52 @@ inline SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) 
   if (!in.read(f.bytes_.data(), static_cast<std::streamsize>(size))) {
     f.fail_file("reading ", size, " bytes failed (the file changed while being read?)");
   }
-  const std::size_t file_size = f.bytes_.size();
+  f.validate();
+  return f;
+}
+
+inline SafetensorsFile SafetensorsFile::from_bytes(std::span<const char> bytes, std::string name) {
+  SafetensorsFile f;
+  f.path_ = std::move(name);
+  f.bytes_.assign(bytes.begin(), bytes.end());
+  f.validate();
+  return f;
+}
+
+inline void SafetensorsFile::validate() {
+  const std::size_t file_size = bytes_.size();
 
   if (file_size < 8) {
-    f.fail_file("file is ", file_size, " bytes, shorter than the 8-byte header length prefix of a safetensors file");
+    fail_file("file is ", file_size, " bytes, shorter than the 8-byte header length prefix of a safetensors file");
   }
-  const auto header_len = detail::load_unaligned<std::uint64_t>(f.bytes_.data());
+  const auto header_len = detail::load_unaligned<std::uint64_t>(bytes_.data());
   // Compared without adding 8 to header_len, which could overflow for a corrupt prefix.
   if (header_len > file_size - 8) {
-    f.fail_file("oversized header: header length ", header_len, " exceeds the ", file_size - 8,
-                " bytes that follow the length prefix (file size ", file_size, ")");
+    fail_file("oversized header: header length ", header_len, " exceeds the ", file_size - 8,
+              " bytes that follow the length prefix (file size ", file_size, ")");
   }
-  f.data_offset_ = 8 + static_cast<std::size_t>(header_len);
-  f.parse_header(std::string_view(f.bytes_.data() + 8, static_cast<std::size_t>(header_len)));
+  data_offset_ = 8 + static_cast<std::size_t>(header_len);
+  parse_header(std::string_view(bytes_.data() + 8, static_cast<std::size_t>(header_len)));
 
-  const std::size_t data_size = file_size - f.data_offset_;
-  for (const TensorInfo& t : f.tensors_) {
+  const std::size_t data_size = file_size - data_offset_;
+  for (const TensorInfo& t : tensors_) {
     if (t.end > data_size) {
-      f.fail_file("truncated: tensor \"", t.name, "\" has data_offsets [", t.begin, ",", t.end,
-                  "] but the data buffer has only ", data_size, " bytes");
+      fail_file("truncated: tensor \"", t.name, "\" has data_offsets [", t.begin, ",", t.end,
+                "] but the data buffer has only ", data_size, " bytes");
     }
   }
-  f.check_tiling(data_size);
+  check_tiling(data_size);
 
-  std::sort(f.tensors_.begin(), f.tensors_.end(),
-            [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
-  return f;
+  if (const auto it = metadata_.find(std::string(checksum_key)); it != metadata_.end()) {
+    const std::span<const char> data(bytes_.data() + data_offset_, data_size);
+    const std::string actual = detail::hex32(detail::content_crc32({&data, 1}, metadata_, checksum_key));
+    if (it->second != actual) {
+      fail_file("checksum mismatch: the header records ", checksum_key, " = ", it->second, " but the content's is ",
+                actual, " (the file is corrupt)");
+    }
+  }
+
+  std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
 }
 
 inline void SafetensorsFile::parse_header(std::string_view header) {
@@ -709,8 +772,13 @@ class SafetensorsWriter {
     if (!detail::is_valid_utf8(value)) {
       fail<value_error>(api, "value of \"", key, "\" is not valid UTF-8");
     }
+    if (key == checksum_key) fail<value_error>(api, "\"", key, "\" is reserved for the checksum (see add_checksum)");
     metadata_.insert_or_assign(std::move(key), std::move(value));
   }
+
+  /// Stores a CRC-32 of the tensors' bytes and of the other metadata entries in the file
+  /// (`checksum_key`), which every reader of this library verifies on open.
+  void add_checksum() { checksum_ = true; }
 
   /// Adds tensor `name` stored in its native dtype: float -> F32, double -> F64,
   /// int32 -> I32, int64 -> I64. `data` is row-major and copied.
@@ -766,8 +834,14 @@ class SafetensorsWriter {
     // ordered_json keeps insertion order: "__metadata__" first, then the tensors in name order
     // (std::map), each with its fields in the reference writer's order.
     nlohmann::ordered_json json = nlohmann::ordered_json::object();
+    std::map<std::string, std::string> metadata = metadata_;
+    if (checksum_) {
+      std::vector<std::span<const char>> data;
+      for (const auto& [name, entry] : tensors_) data.emplace_back(entry.bytes);
+      metadata.emplace(checksum_key, detail::hex32(detail::content_crc32(data, metadata_, checksum_key)));
+    }
     // Python omits "__metadata__" when there is none; do the same.
-    if (!metadata_.empty()) json["__metadata__"] = metadata_;
+    if (!metadata.empty()) json["__metadata__"] = metadata;
     std::size_t offset = 0;
     for (const auto& [name, entry] : tensors_) {
       nlohmann::ordered_json& t = json[name];
@@ -790,15 +864,68 @@ class SafetensorsWriter {
     return out;
   }
 
-  /// Writes the file (replacing any existing one). io_error naming the path on failure.
-  void write(const std::filesystem::path& path) const {
+  /// Writes the file durably, replacing any existing one: the bytes go to `<path>.tmp`
+  /// (a stale one from a killed write is replaced), which is fsync'ed and renamed over
+  /// `path`, and then the directory is fsync'ed, so that after a crash `path` holds either
+  /// the old content or the new, never a torn file. io_error naming the path and the system's
+  /// reason on any failure (a directory at `path`, an unwritable directory, a full disk), and
+  /// no temporary file is left behind.
+  void write(const std::filesystem::path& path) const { write_file_durably(path, serialize()); }
+
+  /// The durable write behind write(), for any bytes.
+  static void write_file_durably(const std::filesystem::path& path, std::string_view bytes) {
     static constexpr std::string_view api = "hybridseq::io::SafetensorsWriter::write";
-    const std::string bytes = serialize();
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) fail<io_error>(api, path.string(), ": cannot open the file for writing");
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    if (!out) fail<io_error>(api, path.string(), ": writing ", bytes.size(), " bytes failed");
+    auto fail_errno = [&](const std::filesystem::path& p, std::string_view what, int err) {
+      fail<io_error>(api, p.string(), ": ", what, ": ", std::generic_category().message(err));
+    };
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) fail<io_error>(api, path.string(), ": is a directory");
+    const std::filesystem::path tmp = temporary_path(path);
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) fail_errno(tmp, "cannot open the file for writing", errno);
+    // From here on a failure removes the temporary file: nothing half-written stays behind.
+    auto abandon = [&](std::string_view what, int err) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      fail_errno(tmp, what, err);
+    };
+    for (std::size_t done = 0; done < bytes.size();) {
+      const ::ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) abandon("writing " + std::to_string(bytes.size()) + " bytes failed", errno);
+      done += static_cast<std::size_t>(n);
+    }
+    if (::fsync(fd) != 0) abandon("fsync failed", errno);
+    if (::close(fd) != 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      fail_errno(tmp, "close failed", err);
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      fail_errno(path, "cannot replace the file", err);
+    }
+    // The rename is durable only once the directory entry is: fsync the directory too.
+    const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) fail_errno(dir, "cannot open the directory to fsync it", errno);
+    const int synced = ::fsync(dfd), err = errno;
+    ::close(dfd);
+    if (synced != 0) fail_errno(dir, "fsync of the directory failed", err);
+  }
+
+  /// Where write() stages `path`: `<path>.tmp`.
+  static std::filesystem::path temporary_path(const std::filesystem::path& path) {
+    return std::filesystem::path(path.string() + ".tmp");
+  }
+
+  /// Removes a temporary file that a killed write left next to `path`; true if there was one.
+  /// A process that writes `path` calls it when it starts (the Trainer does), so that a crash
+  /// leaves no stale temporary file beyond the next start.
+  static bool remove_stale_temporary(const std::filesystem::path& path) {
+    std::error_code ec;
+    return std::filesystem::remove(temporary_path(path), ec);
   }
 
  private:
@@ -828,6 +955,7 @@ class SafetensorsWriter {
 
   std::map<std::string, std::string> metadata_;
   std::map<std::string, Entry> tensors_;  // ordered by name: the deterministic file layout
+  bool checksum_ = false;
 };
 
 }  // namespace hybridseq::io

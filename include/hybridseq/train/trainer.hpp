@@ -16,14 +16,17 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/parameter.hpp"
 #include "../core/workspace.hpp"
+#include "../io/safetensors.hpp"
 #include "../tasks/to_device.hpp"
 #include "adamw.hpp"
 #include "checkpoint.hpp"
@@ -48,6 +51,10 @@ struct TrainerOptions {
   std::filesystem::path checkpoint{};             // where to save; empty: never
   std::int64_t checkpoint_every = 0;              // steps between saves; 0: only at the end (if a path is set)
   std::map<std::string, std::string> metadata{};  // stored in checkpoints
+  // Asked after every step; when it returns true, `run` saves a checkpoint (if a path is set)
+  // and returns early with `TrainSummary::stopped` set. Tools point it at a flag that their
+  // SIGINT/SIGTERM handler sets, so an interrupted run loses no finished step.
+  std::function<bool()> stop_requested{};
 };
 
 struct StepLog {
@@ -61,6 +68,7 @@ struct TrainSummary {
   std::vector<StepLog> log;
   std::int64_t tokens = 0;
   double seconds = 0;
+  bool stopped = false;  // stop_requested() ended the run before `until`
   double tokens_per_second() const { return seconds > 0 ? double(tokens) / seconds : 0; }
 };
 
@@ -83,6 +91,17 @@ class Trainer {
     if (options.schedule.total_steps != options.steps)
       fail<value_error>(api, "schedule.total_steps is ", options.schedule.total_steps, " but steps is ", options.steps,
                         " (the schedule must span the training)");
+    if (options.checkpoint_every < 0)
+      fail<value_error>(api, "checkpoint_every must be >= 0 (0 = only at the end), got ", options.checkpoint_every);
+    if (!options.checkpoint.empty()) {
+      // Refused now, not after hours of training when the first save fails.
+      std::error_code ec;
+      if (std::filesystem::is_directory(options.checkpoint, ec))
+        fail<io_error>(api, "checkpoint path ", options.checkpoint.string(), " is a directory");
+      // A temporary file left by a write that was killed is garbage: the checkpoint itself is
+      // the last complete one.
+      io::SafetensorsWriter::remove_stale_temporary(options.checkpoint);
+    }
   }
 
   /// Trains from the current step up to `until` (default: options.steps). Throws value_error
@@ -99,6 +118,10 @@ class Trainer {
       double loss = 0;
       for (int micro = 0; micro < options_.accumulation; ++micro) {
         const TokenBatch<Space> batch = source(step_, micro);
+        // An empty batch would "train" on loss 0 and report it as a result.
+        if (batch.ids.extent(0) == 0 || batch.ids.extent(1) == 0)
+          fail<value_error>(api, "step ", step_ + 1, " micro-batch ", micro, " is empty (", batch.ids.extent(0), " x ",
+                            batch.ids.extent(1), " tokens)");
         core::TrainingPass training(ws_, options_.data_seed,
                                     std::uint64_t(step_) * std::uint64_t(options_.accumulation) + std::uint64_t(micro));
         loss += double(model_.train_step(ws_, batch.ids, batch.targets, T(1) / T(options_.accumulation)));
@@ -121,23 +144,38 @@ class Trainer {
                            .grad_norm = norm,
                            .tokens = summary.tokens,
                            .elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
-      if (!options_.checkpoint.empty() && options_.checkpoint_every > 0 && (step_ + 1) % options_.checkpoint_every == 0)
-        save(options_.checkpoint, step_ + 1);
+      const bool periodic = options_.checkpoint_every > 0 && (step_ + 1) % options_.checkpoint_every == 0;
+      if (!options_.checkpoint.empty() && periodic) save(options_.checkpoint, step_ + 1);
+      if (options_.stop_requested && options_.stop_requested()) {
+        summary.stopped = true;
+        ++step_;
+        if (!options_.checkpoint.empty() && !periodic) save(options_.checkpoint, step_);
+        break;
+      }
     }
     summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!options_.checkpoint.empty() && options_.checkpoint_every == 0) save(options_.checkpoint, step_);
+    if (!summary.stopped && !options_.checkpoint.empty() && options_.checkpoint_every == 0)
+      save(options_.checkpoint, step_);
     return summary;
   }
 
   /// Saves parameters, optimizer state, step and data seed.
   void save(const std::filesystem::path& path) { save(path, step_); }
 
-  /// Restores a checkpoint written by `save`; the next `run` continues from its step.
+  /// Restores a checkpoint written by `save`; the next `run` continues from its step. All or
+  /// nothing: a checkpoint of another model, data stream or length of training is refused
+  /// before the model, the optimizer or the step change.
   void resume(const std::filesystem::path& path) {
-    const auto info = load_checkpoint(path, model_, optimizer_);
+    constexpr const char* api = "hybridseq::train::Trainer::resume";
+    auto staged = stage_checkpoint(path, model_, optimizer_, api);
+    const CheckpointInfo& info = staged.info;
     if (info.data_seed != options_.data_seed)
-      fail<config_error>("hybridseq::train::Trainer::resume", path.string(), " was trained with data seed ",
-                         info.data_seed, ", this trainer uses ", options_.data_seed);
+      fail<config_error>(api, path.string(), " was trained with data seed ", info.data_seed, ", this trainer uses ",
+                         options_.data_seed);
+    if (info.step > options_.steps)
+      fail<config_error>(api, path.string(), " is at step ", info.step, ", beyond this trainer's ", options_.steps,
+                         " steps");
+    staged.apply();
     step_ = info.step;
   }
 
