@@ -10,12 +10,13 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <filesystem>
 #include <optional>
 #include <string>
 
 #include <hybridseq/hybridseq.hpp>
 
+#include "tool_support.hpp"
 #include <nlohmann/json.hpp>
 
 using namespace hybridseq;
@@ -46,6 +47,9 @@ int scored_columns(int len) {
 
 struct Config {
   std::string corpus;
+  std::string checkpoint;  // empty: no checkpoints
+  std::int64_t checkpoint_every = 0;
+  bool resume = false;  // continue from `checkpoint` when it exists
   std::int64_t steps = 1500;
   int batch = 16, len = 128;
   double lr = 2e-3;
@@ -100,9 +104,26 @@ nlohmann::json run(const std::string& name, int layers, const Config& c, const t
   to.adamw = {.beta2 = 0.95, .weight_decay = 0.1};
   to.data_seed = c.seed + 1;
   to.progress = train::TerminalProgress(name, {.every = int(std::max<std::int64_t>(1, c.steps / 20))});
+  to.checkpoint = c.checkpoint;
+  to.checkpoint_every = c.checkpoint_every;
+  to.metadata = {{"arch", name}};
+  to.stop_requested = tools::stop_requested;
+  tools::check_memory("text_lm", "--batch " + std::to_string(c.batch) + " x --len " + std::to_string(c.len),
+                      tools::estimate_step_bytes(model, c.batch, c.len));
   train::Trainer trainer(model, to);
+  if (c.resume && std::filesystem::exists(c.checkpoint)) {
+    trainer.resume(c.checkpoint);
+    std::printf("resumed from %s at step %lld\n", c.checkpoint.c_str(), static_cast<long long>(trainer.step()));
+    std::fflush(stdout);
+  }
   const auto summary =
       trainer.run(tasks::corpus_batches<Space>(corpus, {.seed = to.data_seed, .batch = c.batch, .len = c.len}));
+  if (summary.stopped) {
+    std::printf("stopped by signal %d after step %lld%s%s\n", int(tools::stop_signal),
+                static_cast<long long>(trainer.step()), c.checkpoint.empty() ? "" : "; checkpoint written to ",
+                c.checkpoint.c_str());
+    return {};
+  }
   auto& ws = trainer.workspace();
   // Every target once: non-overlapping windows, or for a latent model windows that advance by
   // M (each scores its last M targets; the split's first T − M targets go unscored).
@@ -146,22 +167,51 @@ int main(int argc, char** argv) {
   const char* home = std::getenv("HOME");
   c.corpus = data ? std::string(data) + "/kjv.txt" : std::string(home ? home : ".") + "/.cache/hybridseq/data/kjv.txt";
   std::string arch = "transformer", json_path;
+  using tools::in_range, tools::unbounded;
   app.add_option("--arch", arch, "transformer | pha | pha-seq | ecp | perceiver-ar")->capture_default_str();
   app.add_option("--corpus", c.corpus, "text file (scripts/fetch-corpus.sh writes the default)")->capture_default_str();
-  app.add_option("--steps", c.steps, "optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch", c.batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--len", c.len, "bytes per sequence")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", c.lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--eval-tokens", c.eval_tokens, "bytes scored per split (0: all)")->capture_default_str();
-  app.add_option("--eval-stride", c.eval_stride, "also evaluate with ECP-style windows of this stride")
-      ->capture_default_str();
-  app.add_option("--seed", c.seed, "seed")->capture_default_str();
+  app.add_option("--steps", c.steps, "optimizer steps")
+      ->capture_default_str()
+      ->check(in_range<std::int64_t>(1, 1'000'000'000));
+  app.add_option("--batch", c.batch, "sequences per step")->capture_default_str()->check(in_range(1, 1 << 20));
+  app.add_option("--len", c.len, "bytes per sequence")->capture_default_str()->check(in_range(1, 1 << 20));
+  app.add_option("--lr", c.lr, "peak learning rate")->capture_default_str()->check(in_range(1e-12, 10.0));
+  app.add_option("--eval-tokens", c.eval_tokens, "bytes scored per split (0: all)")
+      ->capture_default_str()
+      ->check(in_range<std::int64_t>(0, unbounded<std::int64_t>));
+  app.add_option("--eval-stride", c.eval_stride, "also evaluate with ECP-style windows of this stride (0: off)")
+      ->capture_default_str()
+      ->check(in_range(0, 1 << 20));
+  app.add_option("--seed", c.seed, "seed")
+      ->capture_default_str()
+      ->check(in_range<std::uint64_t>(0, unbounded<std::uint64_t> - 1));  // the data stream uses seed + 1
   app.add_option("--json", json_path, "write results and the loss curve as JSON");
+  app.add_option("--checkpoint", c.checkpoint,
+                 "save the training state here (at the end, on SIGINT/SIGTERM, and "
+                 "every --checkpoint-every steps)");
+  app.add_option("--checkpoint-every", c.checkpoint_every, "steps between checkpoints (0: only at the end)")
+      ->capture_default_str()
+      ->check(in_range<std::int64_t>(0, 1'000'000'000));
+  app.add_flag("--resume", c.resume, "continue from --checkpoint when the file exists");
   app.add_flag("--describe", c.describe, "print the architecture's module tree and parameter counts, then exit");
   CLI11_PARSE(app, argc, argv);
+  if (c.len < c.eval_stride) {
+    std::fprintf(stderr, "--eval-stride: must be in [0, --len = %d], got %d\n", c.len, c.eval_stride);
+    return 2;
+  }
+  if ((c.resume || c.checkpoint_every > 0) && c.checkpoint.empty()) {
+    std::fprintf(stderr, "--resume and --checkpoint-every need --checkpoint\n");
+    return 2;
+  }
   setenv("OMP_PROC_BIND", "false", 0);
   Kokkos::ScopeGuard kokkos(argc, argv);
-  try {
+  tools::install_stop_handlers();
+  return tools::guarded_main("text_lm", [&] {
+    if (!c.checkpoint.empty() && io::remove_stale_temporary(c.checkpoint))
+      std::printf("removed %s.tmp left by an interrupted write\n", c.checkpoint.c_str());
+    // Where the results go is checked before hours of training, not after.
+    tools::check_output("--json", json_path);
+    tools::check_output("--checkpoint", c.checkpoint);
     std::optional<tasks::ByteCorpus> opened;
     if (!c.describe) opened.emplace(tasks::ByteCorpus::open(c.corpus));
     const tasks::ByteCorpus* corpus = opened ? &*opened : nullptr;
@@ -185,10 +235,8 @@ int main(int argc, char** argv) {
       j = run<PerceiverAr>(arch, 4, c, corpus);
     else
       fail<config_error>("text_lm", "unknown architecture '", arch, "' (transformer, pha, pha-seq, ecp, perceiver-ar)");
-    if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << '\n';
-  } catch (const hybridseq::error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
-  return 0;
+    if (tools::stop_requested()) return 0;  // stopped: the checkpoint holds the run; guarded_main exits 128 + signal
+    if (!json_path.empty()) tools::write_output("--json", json_path, j.dump(2) + '\n');
+    return 0;
+  });
 }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,8 @@
 #include <hybridseq/models.hpp>
 #include <hybridseq/tasks.hpp>
 #include <hybridseq/train.hpp>
+
+#include "../tool_support.hpp"
 
 namespace hybridseq::ablate {
 
@@ -35,9 +38,10 @@ struct ExperimentConfig {
   int eval_batches = 8, eval_batch = 32;
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
   std::int64_t warmup = 100;
-  std::uint64_t seed = 1;  // parameters; data uses seed + 1, evaluation seed + 2
-  bool progress = true;    // a TerminalProgress line per architecture (stdout)
-  bool describe = false;   // print each model's tree (core::describe) instead of training it
+  std::uint64_t seed = 1;                  // parameters; data uses seed + 1, evaluation seed + 2
+  bool progress = true;                    // a TerminalProgress line per architecture (stdout)
+  bool describe = false;                   // print each model's tree (core::describe) instead of training it
+  std::function<bool()> stop_requested{};  // polled after every step (the tool's SIGINT/SIGTERM flag)
 };
 
 struct LengthAccuracy {
@@ -116,10 +120,25 @@ ArchResult run_experiment(const std::string& name, int layers, const ExperimentC
   to.data_seed = config.seed + 1;
   if (config.progress)
     to.progress = train::TerminalProgress(name, {.every = int(std::max<std::int64_t>(1, config.steps / 10))});
+  to.stop_requested = config.stop_requested;
+  // Training at max_len and evaluating eval_batch sequences (logits included) at the longest
+  // evaluated length must fit in memory: checked before either allocates.
+  int longest = config.max_len;
+  for (int len : config.eval_lengths) longest = std::max(longest, len);
+  tools::check_memory("hybridseq-ablate",
+                      "--batch " + std::to_string(config.batch) + " x --max-len " + std::to_string(config.max_len),
+                      tools::estimate_step_bytes(model, config.batch, config.max_len));
+  tools::check_memory(
+      "hybridseq-ablate",
+      "evaluating " + std::to_string(config.eval_batch) + " sequences of length " + std::to_string(longest),
+      tools::estimate_step_bytes(model, config.eval_batch, longest) +
+          double(config.eval_batch) * longest * Model::vocab * sizeof(typename Model::scalar_type));
   train::Trainer trainer(model, to);
   const auto summary = trainer.run(tasks::task_batches<Space>(
       config.task,
       {.seed = to.data_seed, .batch = config.batch, .min_len = config.min_len, .max_len = config.max_len}));
+  if (summary.stopped)
+    fail<error>("hybridseq-ablate", name, " stopped by signal after step ", trainer.step(), "; no results written");
 
   ArchResult r;
   r.arch = name;

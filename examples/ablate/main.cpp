@@ -10,11 +10,12 @@
 // the same to JSON/CSV on request (scripts/plot_ablation.py turns the JSON into a PNG).
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "experiment.hpp"
@@ -133,15 +134,28 @@ nlohmann::json to_json(const std::vector<ArchResult>& results, const ExperimentC
   return j;
 }
 
-void write_csv(const std::string& path, const std::vector<ArchResult>& results) {
-  std::ofstream out(path);
-  if (!out) fail<io_error>("hybridseq-ablate", "cannot write '", path, "'");
+std::string to_csv(const std::vector<ArchResult>& results) {
+  std::ostringstream out;
   out << "arch,parameters,final_loss,char_accuracy,string_accuracy,longer_char_accuracy,ood_char_accuracy,tokens_per_"
          "second\n";
   for (const auto& r : results)
     out << r.arch << ',' << r.parameters << ',' << r.final_loss << ',' << r.accuracy.chr << ',' << r.accuracy.str << ','
         << mean_char(r.length_generalisation) << ',' << (r.ood ? std::to_string(r.ood->chr) : "") << ','
         << r.tokens_per_second << '\n';
+  return out.str();
+}
+
+/// The --eval-lengths list: whole numbers in [1, 2^20], refused with the offending item.
+std::vector<int> parse_lengths(const std::string& list) {
+  std::vector<int> out;
+  for (const auto& item : split(list)) {
+    int v = 0;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (ec != std::errc{} || end != item.data() + item.size() || v < 1 || v > (1 << 20))
+      fail<value_error>("--eval-lengths", "'", item, "' is not a length in [1, 1048576]");
+    out.push_back(v);
+  }
+  return out;
 }
 
 }  // namespace
@@ -159,24 +173,34 @@ int main(int argc, char** argv) {
   app.add_option("--arch", arch_list, "comma-separated architectures, 'pha-ablations' or 'all' (see --list)")
       ->capture_default_str();
   app.add_flag("--list", list, "list the architectures and exit");
+  using tools::in_range;
   app.add_option("--steps", c.steps, "training steps per architecture")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--batch", c.batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", c.lr, "peak learning rate (AdamW)")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(in_range<std::int64_t>(1, 1'000'000'000));
+  app.add_option("--batch", c.batch, "sequences per step")->capture_default_str()->check(in_range(1, 1 << 20));
+  app.add_option("--lr", c.lr, "peak learning rate (AdamW)")->capture_default_str()->check(in_range(1e-12, 10.0));
   app.add_option("--warmup", c.warmup, "linear warm-up steps (0: none; at most --steps), then cosine decay to 0")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay")->capture_default_str();
-  app.add_option("--clip", c.clip, "gradient-norm clip (0: off)")->capture_default_str();
-  app.add_option("--seed", c.seed, "seed (parameters; data and evaluation derive from it)")->capture_default_str();
-  app.add_option("--min-len", c.min_len, "shortest training sequence")->capture_default_str();
-  app.add_option("--max-len", c.max_len, "longest training sequence")->capture_default_str();
+      ->check(in_range<std::int64_t>(0, 1'000'000'000));
+  app.add_option("--weight-decay", c.weight_decay, "AdamW weight decay")
+      ->capture_default_str()
+      ->check(in_range(0.0, 1e3));
+  app.add_option("--clip", c.clip, "gradient-norm clip (0: off)")->capture_default_str()->check(in_range(0.0, 1e12));
+  app.add_option("--seed", c.seed, "seed (parameters; data and evaluation derive from it)")
+      ->capture_default_str()
+      ->check(in_range<std::uint64_t>(0, tools::unbounded<std::uint64_t> - 2));  // data: seed + 1, eval: seed + 2
+  app.add_option("--min-len", c.min_len, "shortest training sequence")
+      ->capture_default_str()
+      ->check(in_range(1, 1 << 20));
+  app.add_option("--max-len", c.max_len, "longest training sequence")
+      ->capture_default_str()
+      ->check(in_range(1, 1 << 20));
   app.add_option("--eval-lengths", lengths, "comma-separated longer lengths for length generalisation")
       ->capture_default_str();
-  app.add_option("--n-v", n_v, "letters in the task's vocabulary");
-  app.add_option("--rate", rate, "var-copy: number rate; decode-recall: bit ratio");
-  app.add_option("--ood-rate", ood_rate, "evaluate also at this rate / bit ratio (out of distribution)");
+  app.add_option("--n-v", n_v, "letters in the task's vocabulary")->check(in_range(1, 1 << 20));
+  app.add_option("--rate", rate, "var-copy: number rate; decode-recall: bit ratio")->check(in_range(0.0, 1.0));
+  app.add_option("--ood-rate", ood_rate, "evaluate also at this rate / bit ratio (out of distribution)")
+      ->check(in_range(0.0, 1.0));
   app.add_option("--json", json_path, "write results as JSON");
   app.add_option("--csv", csv_path, "write results as CSV");
   app.add_flag("--quiet", quiet, "no progress display");
@@ -184,14 +208,23 @@ int main(int argc, char** argv) {
                "print each chosen architecture's module tree and parameter counts, then exit");
   CLI11_PARSE(app, argc, argv);
 
+  if (c.min_len > c.max_len) {
+    std::fprintf(stderr, "--min-len %d is greater than --max-len %d\n", c.min_len, c.max_len);
+    return 2;
+  }
   setenv("OMP_PROC_BIND", "false", 0);
   Kokkos::ScopeGuard kokkos(argc, argv);
-  try {
+  tools::install_stop_handlers();
+  c.stop_requested = tools::stop_requested;
+  return tools::guarded_main("hybridseq-ablate", [&] {
     const auto all = all_architectures();
     if (list) {
       for (const auto& a : all) std::printf("%-28s %s\n", a.name.c_str(), a.description.c_str());
       return 0;
     }
+    // Where the results go is checked before training, not after.
+    tools::check_output("--json", json_path);
+    tools::check_output("--csv", csv_path);
     tasks::TaskOptions to;
     to.n_v = n_v;
     to.rate = rate;
@@ -201,7 +234,7 @@ int main(int argc, char** argv) {
       oo.rate = ood_rate;
       c.ood_task = tasks::make_task(task_name, oo);
     }
-    for (const auto& l : split(lengths)) c.eval_lengths.push_back(std::stoi(l));
+    c.eval_lengths = parse_lengths(lengths);
     c.progress = !quiet;
     const auto chosen = select(all, split(arch_list));
 
@@ -214,15 +247,8 @@ int main(int argc, char** argv) {
     for (const auto& a : chosen) results.push_back(a.run(c));
     if (c.describe) return 0;
     print_table(results, c, c.ood_task.has_value());
-    if (!json_path.empty()) {
-      std::ofstream out(json_path);
-      if (!out) fail<io_error>("hybridseq-ablate", "cannot write '", json_path, "'");
-      out << to_json(results, c).dump(2) << '\n';
-    }
-    if (!csv_path.empty()) write_csv(csv_path, results);
-  } catch (const hybridseq::error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
-  return 0;
+    if (!json_path.empty()) tools::write_output("--json", json_path, to_json(results, c).dump(2) + '\n');
+    if (!csv_path.empty()) tools::write_output("--csv", csv_path, to_csv(results));
+    return 0;
+  });
 }

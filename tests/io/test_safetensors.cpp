@@ -704,7 +704,7 @@ TEST_CASE("safetensors: a write refused for its destination leaves no temporary 
   REQUIRE_THROWS_AS(w.write(d), hybridseq::io_error);
   REQUIRE_THROWS_WITH(w.write(d), Contains("hybridseq::io::SafetensorsWriter::write") && Contains(d.string()) &&
                                       Contains("is a directory"));
-  CHECK_FALSE(fs::exists(SafetensorsWriter::temporary_path(d)));
+  CHECK_FALSE(fs::exists(hybridseq::io::temporary_path(d)));
   // A directory nobody may write to (root may write anywhere, so only checked otherwise).
   const fs::path locked = dir.file("locked");
   fs::create_directories(locked);
@@ -717,14 +717,14 @@ TEST_CASE("safetensors: a write refused for its destination leaves no temporary 
   CHECK(fs::is_empty(locked));
   // A stale temporary file from a killed write is replaced, and removed once written.
   const fs::path p = dir.file("x.safetensors");
-  write_bytes(SafetensorsWriter::temporary_path(p), "torn");
+  write_bytes(hybridseq::io::temporary_path(p), "torn");
   w.write(p);
-  CHECK_FALSE(fs::exists(SafetensorsWriter::temporary_path(p)));
+  CHECK_FALSE(fs::exists(hybridseq::io::temporary_path(p)));
   CHECK(SafetensorsFile::open(p).read<float>("a") == std::vector<float>{1, 2});
-  write_bytes(SafetensorsWriter::temporary_path(p), "torn");
-  CHECK(SafetensorsWriter::remove_stale_temporary(p));
-  CHECK_FALSE(fs::exists(SafetensorsWriter::temporary_path(p)));
-  CHECK_FALSE(SafetensorsWriter::remove_stale_temporary(p));
+  write_bytes(hybridseq::io::temporary_path(p), "torn");
+  CHECK(hybridseq::io::remove_stale_temporary(p));
+  CHECK_FALSE(fs::exists(hybridseq::io::temporary_path(p)));
+  CHECK_FALSE(hybridseq::io::remove_stale_temporary(p));
 }
 
 TEST_CASE("safetensors: from_bytes validates like open, without a file", "[io][host]") {

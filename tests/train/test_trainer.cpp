@@ -279,12 +279,12 @@ HYBRIDSEQ_SPACE_TEST_CASE("checkpoint: a directory path is refused up front and 
   train::AdamW<Hybrid<TestType>> opt(m, {});
   REQUIRE_THROWS_WITH(train::save_checkpoint(dir.path, m, opt, {}), Catch::Contains("is a directory"));
   CHECK(std::filesystem::is_empty(dir.path));
-  CHECK_FALSE(std::filesystem::exists(io::SafetensorsWriter::temporary_path(dir.path)));
+  CHECK_FALSE(std::filesystem::exists(io::temporary_path(dir.path)));
   // A write killed before its rename left a temporary file: the next trainer removes it.
   const auto path = dir.path / "ckpt.safetensors";
-  std::ofstream(io::SafetensorsWriter::temporary_path(path)) << "torn";
+  std::ofstream(io::temporary_path(path)) << "torn";
   train::Trainer t(m, {.steps = 2, .schedule = {.total_steps = 2}, .checkpoint = path});
-  CHECK_FALSE(std::filesystem::exists(io::SafetensorsWriter::temporary_path(path)));
+  CHECK_FALSE(std::filesystem::exists(io::temporary_path(path)));
   REQUIRE_THROWS_WITH(train::Trainer(m, {.steps = 2, .schedule = {.total_steps = 2}, .checkpoint_every = -1}),
                       Catch::Contains("checkpoint_every must be >= 0"));
 }

@@ -751,6 +751,66 @@ std::vector<T> SafetensorsFile::read_impl(const TensorInfo& ti, std::string_view
 // Writing
 // ---------------------------------------------------------------------------------------------
 
+/// Where write_file_durably stages `path`: `<path>.tmp`.
+inline std::filesystem::path temporary_path(const std::filesystem::path& path) {
+  return std::filesystem::path(path.string() + ".tmp");
+}
+
+/// Removes a temporary file that a killed write left next to `path`; true if there was one.
+/// A program that writes `path` calls it when it starts (the Trainer does), so that a crash
+/// leaves no stale temporary file beyond the next start.
+inline bool remove_stale_temporary(const std::filesystem::path& path) {
+  std::error_code ec;
+  return std::filesystem::remove(temporary_path(path), ec);
+}
+
+/// Writes `bytes` to `path` so that a crash at any moment leaves either the old file or the
+/// new one (POSIX): to `<path>.tmp` (a stale one is replaced), fsync, rename over `path`,
+/// fsync of the directory. Every system call is checked; on failure an io_error names the API,
+/// the path and the system's reason (a directory at `path`, an unwritable directory, a full
+/// disk), and the temporary file is removed.
+inline void write_file_durably(const std::filesystem::path& path, std::string_view bytes,
+                               std::string_view api = "hybridseq::io::write_file_durably") {
+  auto fail_errno = [&](const std::filesystem::path& p, std::string_view what, int err) {
+    fail<io_error>(api, p.string(), ": ", what, ": ", std::generic_category().message(err));
+  };
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail<io_error>(api, path.string(), ": is a directory");
+  const std::filesystem::path tmp = temporary_path(path);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_errno(tmp, "cannot open the file for writing", errno);
+  // From here on a failure removes the temporary file: nothing half-written stays behind.
+  auto abandon = [&](std::string_view what, int err) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail_errno(tmp, what, err);
+  };
+  for (std::size_t done = 0; done < bytes.size();) {
+    const ::ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) abandon("writing " + std::to_string(bytes.size()) + " bytes failed", n < 0 ? errno : EIO);
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) abandon("fsync failed", errno);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail_errno(tmp, "close failed", err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail_errno(path, "cannot replace the file", err);
+  }
+  // The rename is durable only once the directory entry is: fsync the directory too.
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) fail_errno(dir, "cannot open the directory to fsync it", errno);
+  const int synced = ::fsync(dfd), err = errno;
+  ::close(dfd);
+  if (synced != 0) fail_errno(dir, "fsync of the directory failed", err);
+}
+
 /// Collects tensors and metadata and writes them as one safetensors file.
 ///
 /// Output is deterministic: tensors are laid out and listed in name order (byte-wise), the
@@ -864,68 +924,11 @@ class SafetensorsWriter {
     return out;
   }
 
-  /// Writes the file durably, replacing any existing one: the bytes go to `<path>.tmp`
-  /// (a stale one from a killed write is replaced), which is fsync'ed and renamed over
-  /// `path`, and then the directory is fsync'ed, so that after a crash `path` holds either
-  /// the old content or the new, never a torn file. io_error naming the path and the system's
-  /// reason on any failure (a directory at `path`, an unwritable directory, a full disk), and
-  /// no temporary file is left behind.
-  void write(const std::filesystem::path& path) const { write_file_durably(path, serialize()); }
-
-  /// The durable write behind write(), for any bytes.
-  static void write_file_durably(const std::filesystem::path& path, std::string_view bytes) {
-    static constexpr std::string_view api = "hybridseq::io::SafetensorsWriter::write";
-    auto fail_errno = [&](const std::filesystem::path& p, std::string_view what, int err) {
-      fail<io_error>(api, p.string(), ": ", what, ": ", std::generic_category().message(err));
-    };
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) fail<io_error>(api, path.string(), ": is a directory");
-    const std::filesystem::path tmp = temporary_path(path);
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) fail_errno(tmp, "cannot open the file for writing", errno);
-    // From here on a failure removes the temporary file: nothing half-written stays behind.
-    auto abandon = [&](std::string_view what, int err) {
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail_errno(tmp, what, err);
-    };
-    for (std::size_t done = 0; done < bytes.size();) {
-      const ::ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) abandon("writing " + std::to_string(bytes.size()) + " bytes failed", errno);
-      done += static_cast<std::size_t>(n);
-    }
-    if (::fsync(fd) != 0) abandon("fsync failed", errno);
-    if (::close(fd) != 0) {
-      const int err = errno;
-      ::unlink(tmp.c_str());
-      fail_errno(tmp, "close failed", err);
-    }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      const int err = errno;
-      ::unlink(tmp.c_str());
-      fail_errno(path, "cannot replace the file", err);
-    }
-    // The rename is durable only once the directory entry is: fsync the directory too.
-    const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) fail_errno(dir, "cannot open the directory to fsync it", errno);
-    const int synced = ::fsync(dfd), err = errno;
-    ::close(dfd);
-    if (synced != 0) fail_errno(dir, "fsync of the directory failed", err);
-  }
-
-  /// Where write() stages `path`: `<path>.tmp`.
-  static std::filesystem::path temporary_path(const std::filesystem::path& path) {
-    return std::filesystem::path(path.string() + ".tmp");
-  }
-
-  /// Removes a temporary file that a killed write left next to `path`; true if there was one.
-  /// A process that writes `path` calls it when it starts (the Trainer does), so that a crash
-  /// leaves no stale temporary file beyond the next start.
-  static bool remove_stale_temporary(const std::filesystem::path& path) {
-    std::error_code ec;
-    return std::filesystem::remove(temporary_path(path), ec);
+  /// Writes the file durably, replacing any existing one (see io::write_file_durably): after
+  /// a crash `path` holds either the old content or the new, never a torn file. io_error
+  /// naming the path and the system's reason on failure; no temporary file is left behind.
+  void write(const std::filesystem::path& path) const {
+    write_file_durably(path, serialize(), "hybridseq::io::SafetensorsWriter::write");
   }
 
  private:

@@ -100,7 +100,7 @@ class Trainer {
         fail<io_error>(api, "checkpoint path ", options.checkpoint.string(), " is a directory");
       // A temporary file left by a write that was killed is garbage: the checkpoint itself is
       // the last complete one.
-      io::SafetensorsWriter::remove_stale_temporary(options.checkpoint);
+      io::remove_stale_temporary(options.checkpoint);
     }
   }
 
