@@ -5,7 +5,8 @@
 #   2. builds Kokkos 3.4.01 (Serial + OpenMP) once per machine into a cache,
 #   3. configures, builds and runs every test (Serial and OpenMP, goldens, gradient checks,
 #      header self-containment, the installed package from a downstream project, the example),
-#   4. does the same again with AddressSanitizer + UndefinedBehaviorSanitizer.
+#   4. fuzzes the safetensors reader for 30 s (scripts/fuzz.sh: clang + libFuzzer, ASan, UBSan),
+#   5. runs the tests of 3 again with AddressSanitizer + UndefinedBehaviorSanitizer.
 # Usage: scripts/test.sh [--no-sanitize]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,8 @@ run_config() {  # run_config <build dir> <cmake args...>
 
 echo "== hybridseq: tests (Release) =="
 run_config build
+echo "== hybridseq: fuzz smoke run of the safetensors reader =="
+bash scripts/fuzz.sh 30
 if ((sanitize)); then
   echo "== hybridseq: tests with AddressSanitizer + UndefinedBehaviorSanitizer =="
   # The bench, header checks, compile-fail snippets and the example programs add nothing
