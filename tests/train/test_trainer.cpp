@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -500,4 +501,46 @@ HYBRIDSEQ_SPACE_TEST_CASE("decode: restoring a snapshot not taken from this sess
   session.restore(snap);
   CHECK(session.length() == 3);
   CHECK(session.last_logits() == logits);
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("threads: a Trainer or a Session used from a second thread is refused, naming both",
+                          "[trainer][decode]") {
+  using M = Hybrid<TestType>;
+  auto m = make_model<M>(1);
+  const train::TrainerOptions o{.steps = 1, .schedule = {.total_steps = 1}};
+  train::Trainer here(m, o);  // this thread is the library's
+  decode::Session session(m, 1);
+  const auto before = parameters_of(m);
+  std::string trainer_error, run_error, session_error;
+  std::thread([&] {
+    try {
+      train::Trainer there(m, o);
+    } catch (const config_error& e) {
+      trainer_error = e.what();
+    }
+    try {
+      const auto task = tiny_task();
+      here.run(task_source<TestType>(task, 1));
+    } catch (const config_error& e) {
+      run_error = e.what();
+    }
+    try {
+      session.prefill({1, 2}, 2);
+    } catch (const config_error& e) {
+      session_error = e.what();
+    }
+  }).join();
+  INFO(trainer_error);
+  // Kokkos 3.4's OpenMP space exists only on the initialising thread; Serial is shared, and the
+  // library refuses a second thread itself.
+  const auto refused = [](const std::string& what, const std::string& api) {
+    return what.rfind(api + ": ", 0) == 0 && (what.find("execution space is not initialized on thread") != what.npos ||
+                                              what.find("while hybridseq is used from thread") != what.npos);
+  };
+  CHECK(refused(trainer_error, "hybridseq::train::Trainer"));
+  CHECK(refused(run_error, "hybridseq::train::Trainer::run"));
+  CHECK(refused(session_error, "hybridseq::decode::Session::prefill"));
+  CHECK(parameters_of(m) == before);
+  CHECK(here.step() == 0);
+  CHECK(session.length() == 0);
 }

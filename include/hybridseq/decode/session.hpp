@@ -17,6 +17,7 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/rng.hpp"
+#include "../core/threads.hpp"
 #include "../core/workspace.hpp"
 
 namespace hybridseq::decode {
@@ -38,13 +39,15 @@ class Session {
   using State = typename Model::State;
   static constexpr int V = Model::vocab;
 
-  Session(const Model& model, int batch) : model_(model), batch_(batch), state_(model.make_state(batch)) {
+  Session(const Model& model, int batch)
+      : thread_check_("hybridseq::decode::Session"), model_(model), batch_(batch), state_(model.make_state(batch)) {
     if (batch < 1) fail<value_error>("hybridseq::decode::Session", "batch must be >= 1, got ", batch);
   }
 
   /// Consumes `tokens` (B × len, row-major) after everything so far; keeps the last logits.
   void prefill(const std::vector<std::int32_t>& tokens, int len) {
     constexpr const char* api = "hybridseq::decode::Session::prefill";
+    core::check_library_thread<Space>(api);
     if (len < 1 || tokens.size() != std::size_t(batch_) * len)
       fail<shape_error>(api, "got ", tokens.size(), " tokens for batch ", batch_, " × len ", len);
     Tensor<std::int32_t**, Space> ids("session.ids", batch_, len);
@@ -136,6 +139,7 @@ class Session {
     return order[k - 1];
   }
 
+  core::LibraryThreadCheck<Space> thread_check_;  // first: refuses before the state allocates
   const Model& model_;
   int batch_;
   State state_;

@@ -10,6 +10,9 @@
 /// keyed by (data seed, step · accumulation + micro), so dropout masks are a function of the
 /// step as well and resume exactly too. With deterministic kernels (ours are: no atomics in
 /// reductions) the resumed losses are bit-identical on the same execution space.
+///
+/// One thread per process calls the library (core/threads.hpp): a Trainer constructed or run
+/// from another thread is refused with a config_error.
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +28,7 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/parameter.hpp"
+#include "../core/threads.hpp"
 #include "../core/workspace.hpp"
 #include "../io/safetensors.hpp"
 #include "../tasks/to_device.hpp"
@@ -82,7 +86,7 @@ class Trainer {
   using T = typename Model::scalar_type;
 
   Trainer(Model& model, const TrainerOptions& options)
-      : model_(model), options_(options), optimizer_(model, options.adamw) {
+      : thread_check_("hybridseq::train::Trainer"), model_(model), options_(options), optimizer_(model, options.adamw) {
     constexpr const char* api = "hybridseq::train::Trainer";
     if (options.steps < 1) fail<value_error>(api, "steps must be >= 1, got ", options.steps);
     if (options.accumulation < 1) fail<value_error>(api, "accumulation must be >= 1, got ", options.accumulation);
@@ -109,6 +113,7 @@ class Trainer {
   template <class Source>
   TrainSummary run(Source&& source, std::int64_t until = -1) {
     constexpr const char* api = "hybridseq::train::Trainer::run";
+    core::check_library_thread<Space>(api);
     const std::int64_t end = until < 0 ? options_.steps : std::min(until, options_.steps);
     TrainSummary summary;
     const auto start = std::chrono::steady_clock::now();
@@ -167,6 +172,7 @@ class Trainer {
   /// before the model, the optimizer or the step change.
   void resume(const std::filesystem::path& path) {
     constexpr const char* api = "hybridseq::train::Trainer::resume";
+    core::check_library_thread<Space>(api);
     auto staged = stage_checkpoint(path, model_, optimizer_, api);
     const CheckpointInfo& info = staged.info;
     if (info.data_seed != options_.data_seed)
@@ -188,6 +194,7 @@ class Trainer {
     save_checkpoint(path, model_, optimizer_, {step, options_.data_seed, options_.metadata});
   }
 
+  core::LibraryThreadCheck<Space> thread_check_;  // first: refuses before the optimizer allocates
   Model& model_;
   TrainerOptions options_;
   AdamW<Model> optimizer_;
