@@ -544,3 +544,24 @@ HYBRIDSEQ_SPACE_TEST_CASE("threads: a Trainer or a Session used from a second th
   CHECK(here.step() == 0);
   CHECK(session.length() == 0);
 }
+
+HYBRIDSEQ_SPACE_TEST_CASE("trainer, session: an uninitialised model or non-finite weights are refused up front",
+                          "[trainer][decode]") {
+  using M = Hybrid<TestType>;
+  typename M::Options options;
+  options.body.count = 1;
+  M fresh(options);  // constructed, never initialised: every parameter is 0
+  const train::TrainerOptions o{.steps = 1, .schedule = {.total_steps = 1}};
+  REQUIRE_THROWS_AS(train::Trainer(fresh, o), value_error);
+  REQUIRE_THROWS_WITH(train::Trainer(fresh, o),
+                      Catch::StartsWith("hybridseq::train::Trainer: all ") &&
+                          Catch::Contains("parameters are 0: the model was never initialised"));
+  REQUIRE_THROWS_WITH(decode::Session(fresh, 1), Catch::StartsWith("hybridseq::decode::Session: all "));
+  auto m = make_model<M>(1);
+  core::for_each_parameter(m, [](std::string_view name, auto& p) {
+    if (name == "head.weight") Kokkos::deep_copy(Kokkos::subview(p.value(), std::pair(3, 4)), std::nanf(""));
+  });
+  REQUIRE_THROWS_AS(decode::Session(m, 1), value_error);
+  REQUIRE_THROWS_WITH(decode::Session(m, 1), Catch::Contains("parameter 'head.weight' element 3 is nan"));
+  REQUIRE_THROWS_WITH(train::Trainer(m, o), Catch::Contains("parameter 'head.weight' element 3 is nan"));
+}

@@ -13,6 +13,7 @@
 /// enumerate parameters.
 
 #include <array>
+#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <initializer_list>
@@ -187,6 +188,37 @@ void initialize(Module& module, std::uint64_t seed) {
   for_each_module(module, [](std::string_view, auto& m) {
     if constexpr (requires { m.after_initialize(); }) m.after_initialize();
   });
+}
+
+}  // namespace hybridseq::core
+
+namespace hybridseq::core {
+
+/// Refuses (value_error naming `api`) parameters that cannot give meaningful outputs: all of
+/// them exactly zero — a model constructed but never initialised nor loaded (initialisers
+/// never give every parameter 0: norm gains start at 1) — or any NaN or ±inf, naming the first
+/// such parameter and element. The stateful entry points (Trainer, Session) call it once when
+/// they are made; it copies each parameter to the host.
+template <class Module>
+void check_parameters_usable(const Module& module, std::string_view api) {
+  bool any_nonzero = false;
+  std::int64_t count = 0;
+  // The visitor has no const form (it also serves writers); this walk only reads.
+  for_each_parameter(const_cast<Module&>(module), [&](std::string_view name, auto& p) {
+    const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, p.value());
+    for (std::size_t i = 0; i < host.extent(0); ++i) {
+      const double v = double(host(i));
+      if (!std::isfinite(v))
+        fail<value_error>(api, "parameter '", name, "' element ", i, " is ", v,
+                          " (non-finite weights give garbage outputs; reload or re-initialise the model)");
+      any_nonzero = any_nonzero || v != 0;
+    }
+    count += std::int64_t(host.extent(0));
+  });
+  if (count > 0 && !any_nonzero)
+    fail<value_error>(api, "all ", count,
+                      " parameters are 0: the model was never initialised (call core::initialize or "
+                      "io::load_parameters first)");
 }
 
 }  // namespace hybridseq::core

@@ -16,6 +16,7 @@
 
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../core/parameter.hpp"
 #include "../core/rng.hpp"
 #include "../core/threads.hpp"
 #include "../core/workspace.hpp"
@@ -42,6 +43,7 @@ class Session {
   Session(const Model& model, int batch)
       : thread_check_("hybridseq::decode::Session"), model_(model), batch_(batch), state_(model.make_state(batch)) {
     if (batch < 1) fail<value_error>("hybridseq::decode::Session", "batch must be >= 1, got ", batch);
+    core::check_parameters_usable(model, "hybridseq::decode::Session");
   }
 
   /// Consumes `tokens` (B × len, row-major) after everything so far; keeps the last logits.

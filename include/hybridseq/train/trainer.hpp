@@ -88,6 +88,7 @@ class Trainer {
   Trainer(Model& model, const TrainerOptions& options)
       : thread_check_("hybridseq::train::Trainer"), model_(model), options_(options), optimizer_(model, options.adamw) {
     constexpr const char* api = "hybridseq::train::Trainer";
+    core::check_parameters_usable(model, api);
     if (options.steps < 1) fail<value_error>(api, "steps must be >= 1, got ", options.steps);
     if (options.accumulation < 1) fail<value_error>(api, "accumulation must be >= 1, got ", options.accumulation);
     if (!(options.clip >= 0)) fail<value_error>(api, "clip must be >= 0 (0 = off), got ", options.clip);
