@@ -14,5 +14,6 @@
 #include "core/parameter.hpp"
 #include "core/rng.hpp"
 #include "core/spaces.hpp"
+#include "core/threads.hpp"
 #include "core/time_slice.hpp"
 #include "core/workspace.hpp"

@@ -98,7 +98,7 @@ template <class Base, const char* Name, const char* Golden>
 struct DropoutCase : Base {
   static constexpr const char* name = Name;
   static constexpr const char* golden = Golden;
-  static constexpr std::uint64_t dropout_seed = 7, dropout_pass = 3;
+  static constexpr struct { std::uint64_t seed, pass; } dropout_key{7, 3};
   template <class L>
   static typename L::Options options() {
     auto o = Base::template options<L>();

@@ -65,22 +65,18 @@ typename L::Options options_of() {
     return typename L::Options{};
 }
 
-/// Every forward of the harness is a training pass keyed by the case's (dropout_seed,
-/// dropout_pass) (both 0 unless set): the dropout masks of cases that enable dropout are the
-/// same in every finite difference and equal to the PyTorch golden's (tests/reference/dropout.py).
+/// Every forward of the harness is a training pass keyed by the case's dropout_key (seed,
+/// pass; {0, 0} unless set): the dropout masks of cases that enable dropout are the same in
+/// every finite difference and equal to the PyTorch golden's (tests/reference/dropout.py).
+struct DropoutKey {
+  std::uint64_t seed = 0, pass = 0;
+};
 template <class Case>
-constexpr std::uint64_t dropout_seed() {
-  if constexpr (requires { Case::dropout_seed; })
-    return Case::dropout_seed;
+constexpr DropoutKey dropout_key() {
+  if constexpr (requires { Case::dropout_key; })
+    return {Case::dropout_key.seed, Case::dropout_key.pass};
   else
-    return 0;
-}
-template <class Case>
-constexpr std::uint64_t dropout_pass() {
-  if constexpr (requires { Case::dropout_pass; })
-    return Case::dropout_pass;
-  else
-    return 0;
+    return {};
 }
 
 template <class Case, class L>
@@ -211,7 +207,7 @@ struct Harness {
   /// differencing two large sums.
   std::vector<double> terms() {
     ws.release({});
-    core::TrainingPass<Space> pass(ws, dropout_seed<Case>(), dropout_pass<Case>());
+    core::TrainingPass<Space> pass(ws, dropout_key<Case>().seed, dropout_key<Case>().pass);
     typename L::Saved s;
     if constexpr (ModelLayer<L>) {
       return {static_cast<double>(layer.forward(ws, ids, targets, s))};
@@ -244,7 +240,7 @@ struct Harness {
   double analytic() {
     core::zero_grad(layer);
     ws.release({});
-    core::TrainingPass<Space> pass(ws, dropout_seed<Case>(), dropout_pass<Case>());
+    core::TrainingPass<Space> pass(ws, dropout_key<Case>().seed, dropout_key<Case>().pass);
     double obj = 0;
     if constexpr (ModelLayer<L>) {
       typename L::Saved s;

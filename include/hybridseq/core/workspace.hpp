@@ -164,35 +164,39 @@ class WorkspaceScope {
   typename Workspace<Space>::Mark mark_;
 };
 
-/// Dropout on for a scope: the forward passes run in it are training passes keyed by (seed,
-/// pass) (core/dropout.hpp). The previous mode comes back at the end of the scope.
+namespace detail {
+/// Puts the workspace's dropout mode back at the end of a scope.
 template <ExecutionSpace Space>
-class TrainingPass {
+class DropoutModeScope {
  public:
-  TrainingPass(Workspace<Space>& ws, std::uint64_t seed, std::uint64_t pass) : ws_(ws), saved_(ws.dropout()) {
-    ws.dropout().start(seed, pass);
-  }
-  ~TrainingPass() { ws_.dropout() = saved_; }
-  TrainingPass(const TrainingPass&) = delete;
-  TrainingPass& operator=(const TrainingPass&) = delete;
+  DropoutModeScope(const DropoutModeScope&) = delete;
+  DropoutModeScope& operator=(const DropoutModeScope&) = delete;
+
+ protected:
+  explicit DropoutModeScope(Workspace<Space>& ws) : ws_(ws), saved_(ws.dropout()) {}
+  ~DropoutModeScope() { ws_.dropout() = saved_; }
 
  private:
   Workspace<Space>& ws_;
   DropoutSites saved_;
 };
+}  // namespace detail
+
+/// Dropout on for a scope: the forward passes run in it are training passes keyed by (seed,
+/// pass) (core/dropout.hpp). The previous mode comes back at the end of the scope.
+template <ExecutionSpace Space>
+class TrainingPass : detail::DropoutModeScope<Space> {
+ public:
+  TrainingPass(Workspace<Space>& ws, std::uint64_t seed, std::uint64_t pass) : detail::DropoutModeScope<Space>(ws) {
+    ws.dropout().start(seed, pass);
+  }
+};
 
 /// Dropout off for a scope (evaluation, logits and decoding open one, even inside a training pass).
 template <ExecutionSpace Space>
-class InferencePass {
+class InferencePass : detail::DropoutModeScope<Space> {
  public:
-  explicit InferencePass(Workspace<Space>& ws) : ws_(ws), saved_(ws.dropout()) { ws.dropout().stop(); }
-  ~InferencePass() { ws_.dropout() = saved_; }
-  InferencePass(const InferencePass&) = delete;
-  InferencePass& operator=(const InferencePass&) = delete;
-
- private:
-  Workspace<Space>& ws_;
-  DropoutSites saved_;
+  explicit InferencePass(Workspace<Space>& ws) : detail::DropoutModeScope<Space>(ws) { ws.dropout().stop(); }
 };
 
 }  // namespace hybridseq::core
