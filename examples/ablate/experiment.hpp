@@ -21,8 +21,9 @@
 
 namespace hybridseq::ablate {
 
-/// Every architecture of the tool shares one vocabulary size (tasks must fit in it).
-inline constexpr int vocab = 64;
+/// Every architecture of the tool takes its vocabulary from the task at run time
+/// (ExperimentConfig::task): no 64-way head on a 34-token task.
+inline constexpr int vocab = core::dynamic;
 
 /// PHA widths for the synthetic tasks: E=8, 2 query heads / 1 KV head of 4, GSS F=16 H=8 N=8,
 /// Dual-FFN 16 + 8 (the tiny scale of Cooper et al.'s models).
@@ -71,14 +72,14 @@ tasks::Accuracy evaluate(Model& model, core::Workspace<typename Model::execution
   for (int i = 0; i < batches; ++i) {
     const auto b = tasks::make_batch(task, seed, std::uint64_t(i), batch, min_len, max_len);
     auto [ids, targets] = tasks::to_device<Space>(b);
-    Tensor<typename Model::scalar_type***, Space> logits("logits", b.batch, b.len, Model::vocab);
+    Tensor<typename Model::scalar_type***, Space> logits("logits", b.batch, b.len, model.vocab_size());
     model.logits(ws, ids, logits);
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits);
     std::vector<std::int32_t> pred(std::size_t(b.batch) * b.len);
     for (int r = 0; r < b.batch; ++r)
       for (int t = 0; t < b.len; ++t) {
         int best = 0;
-        for (int v = 1; v < Model::vocab; ++v)
+        for (int v = 1; v < int(model.vocab_size()); ++v)
           if (h(r, t, v) > h(r, t, best)) best = v;
         pred[std::size_t(r) * b.len + t] = best;
       }
@@ -93,11 +94,9 @@ tasks::Accuracy evaluate(Model& model, core::Workspace<typename Model::execution
 template <class Model>
 ArchResult run_experiment(const std::string& name, int layers, const ExperimentConfig& config) {
   using Space = typename Model::execution_space;
-  if (config.task.vocab_size() > Model::vocab)
-    fail<config_error>("hybridseq-ablate", "task '", config.task.name(), "' has ", config.task.vocab_size(),
-                       " tokens; the architectures are built for at most ", Model::vocab);
   typename Model::Options options;
   options.body.count = layers;
+  options.vocab = config.task.vocab_size();
   Model model(options);
   if (config.describe) {
     std::printf("%s:\n%s\n", name.c_str(), core::describe(model).c_str());
@@ -132,7 +131,7 @@ ArchResult run_experiment(const std::string& name, int layers, const ExperimentC
       "hybridseq-ablate",
       "evaluating " + std::to_string(config.eval_batch) + " sequences of length " + std::to_string(longest),
       tools::estimate_step_bytes(model, config.eval_batch, longest) +
-          double(config.eval_batch) * longest * Model::vocab * sizeof(typename Model::scalar_type));
+          double(config.eval_batch) * longest * model.vocab_size() * sizeof(typename Model::scalar_type));
   train::Trainer trainer(model, to);
   const auto summary = trainer.run(tasks::task_batches<Space>(
       config.task,

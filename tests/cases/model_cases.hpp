@@ -91,6 +91,21 @@ using HybridCase = StackCase<HybridTiny, 1, hybrid_name, hybrid_golden>;
 using PhaTied = PhaCase<models::PhaLayout{}, 2, pha_tied_name, pha_tied_golden, models::PhaPaperBranches, true>;
 using TransformerTiedCase = StackCase<TransformerTiny, 2, transformer_tied_name, transformer_tied_golden, true>;
 
+/// The hybrid with its vocabulary left to run time (core::dynamic, Options::vocab = 11): the
+/// same model as HybridCase, so it must match the same golden.
+template <class T, class S>
+using HybridRuntimeVocabTiny = models::Stack<core::dynamic, models::MambaLayer<ssm_tiny, T, S>,
+                                             models::NeoxLayer<tf_tiny, T, S>, models::NeoxLayer<tf_tiny, T, S>>;
+inline constexpr char hybrid_runtime_vocab_name[] = "hybrid_runtime_vocab";
+struct HybridRuntimeVocab : StackCase<HybridRuntimeVocabTiny, 1, hybrid_runtime_vocab_name, hybrid_golden> {
+  template <class L>
+  static typename L::Options options() {
+    auto o = StackCase::template options<L>();
+    o.vocab = model_vocab;
+    return o;
+  }
+};
+
 /// Dropout on: embeddings 0.1, every block output joining the residual stream 0.2, attention
 /// probabilities 0.25, in the training pass (seed 7, pass 3) of tests/reference/golden_models.py
 /// (the harness runs every forward in it, so finite differences see fixed masks).
@@ -114,6 +129,6 @@ using PhaDropout = DropoutCase<PhaTiny, pha_dropout_name, pha_dropout_golden>;
 using HybridDropout = DropoutCase<HybridCase, hybrid_dropout_name, hybrid_dropout_golden>;
 
 using ModelCases = CaseList<PhaTiny, PhaSeqPrenorm, PhaRawNoNorm, PhaFourBranches, TransformerCase, MambaLmCase,
-                            HybridCase, PhaTied, TransformerTiedCase, PhaDropout, HybridDropout>;
+                            HybridCase, HybridRuntimeVocab, PhaTied, TransformerTiedCase, PhaDropout, HybridDropout>;
 
 }  // namespace hybridseq::cases

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include <boost/hana/for_each.hpp>
 #include <boost/hana/length.hpp>
 
+#include <hybridseq/decode/session.hpp>
 #include <hybridseq/models.hpp>
 
 #include "cases/model_cases.hpp"
@@ -475,4 +477,42 @@ TEST_CASE("models: untied and tied checkpoints do not load into each other (stri
   io::load_parameters(m.untied, untied_path);
   std::filesystem::remove(untied_path);
   std::filesystem::remove(tied_path);
+}
+
+TEST_CASE("models: a core::dynamic vocabulary comes from Options::vocab; contradictions are refused",
+          "[models][host]") {
+  using Catch::Matchers::Contains;
+  using Runtime = cases::HybridRuntimeVocabTiny<float, Kokkos::Serial>;
+  using Fixed = cases::HybridTiny<float, Kokkos::Serial>;
+  Runtime::Options o;
+  o.vocab = 34;
+  Runtime m(o);
+  CHECK(m.vocab_size() == 34);
+  std::map<std::string, std::vector<std::int64_t>> shapes;
+  core::for_each_parameter(m, [&](std::string_view n, auto& p) {
+    shapes[std::string(n)] = {p.extent(0), p.rank() > 1 ? p.extent(1) : 0};
+  });
+  CHECK(shapes["embed.weight"] == std::vector<std::int64_t>{34, Runtime::d_model});
+  CHECK(shapes["head.weight"] == std::vector<std::int64_t>{34, Runtime::d_model});
+  CHECK(Fixed().vocab_size() == cases::model_vocab);
+
+  REQUIRE_THROWS_WITH(Runtime(), Contains("hybridseq::models::LanguageModel") &&
+                                     Contains("Options::vocab is 0; the type leaves it to run time"));
+  Fixed::Options wrong;
+  wrong.vocab = 12;
+  REQUIRE_THROWS_WITH(Fixed(wrong), Contains("Options::vocab is 12 but the type fixes it at 11"));
+  auto child = o;
+  child.embed.vocab = 30;
+  REQUIRE_THROWS_WITH(Runtime(child), Contains("Options::embed.vocab is 30 but the model's vocabulary is 34"));
+
+  core::initialize(m, 3);
+  core::Workspace<Kokkos::Serial> ws;
+  Tensor<std::int32_t**, Kokkos::Serial> ids("ids", 1, 3), targets("targets", 1, 3);
+  ids(0, 1) = 33;
+  CHECK(std::isfinite(m.evaluate(ws, ids, targets)));
+  ids(0, 2) = 34;
+  REQUIRE_THROWS_WITH(m.evaluate(ws, ids, targets), Contains("token id 34 at (b=0, t=2) is outside [0, 34)"));
+  decode::Session session(m, 2);
+  session.prefill({1, 2, 33, 4}, 2);
+  CHECK(session.last_logits().size() == 2 * 34);
 }

@@ -173,8 +173,10 @@ struct Harness {
     const core::CounterRng rng(seed, 99);
     if constexpr (ModelLayer<L>) {
       std::vector<std::int32_t> v(ids.size()), w(ids.size());
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int32_t>(rng.bits(2000000 + i) % L::vocab);
-      for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<std::int32_t>(rng.bits(3000000 + i) % L::vocab);
+      for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = static_cast<std::int32_t>(rng.bits(2000000 + i) % layer.vocab_size());
+      for (std::size_t i = 0; i < w.size(); ++i)
+        w[i] = static_cast<std::int32_t>(rng.bits(3000000 + i) % layer.vocab_size());
       if (w.size() > 3) w[2] = -100;  // an unsupervised position
       from_vector(ids, v);
       from_vector(targets, w);
@@ -192,7 +194,8 @@ struct Harness {
     }
     if constexpr (EmbeddingLayer<L> || LossLayer<L>) {
       std::vector<std::int32_t> v(ids.size());
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int32_t>(rng.bits(2000000 + i) % L::vocab);
+      for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = static_cast<std::int32_t>(rng.bits(2000000 + i) % layer.vocab_size());
       if (v.size() > 2) v[1] = v[0];  // a repeated id: gradients must accumulate
       if constexpr (LossLayer<L>) {
         if (v.size() > 3) v[2] = options_of<Case, L>().ignore_index;
@@ -398,7 +401,7 @@ void check_golden(double rtol = 1e-5, double atol = 1e-6) {
     compare("loss", {obj}, file.read<double>("output"));
   } else if constexpr (ModelLayer<L>) {
     compare("loss", {obj}, file.read<double>("output"));
-    Tensor<float***, Space> logits("logits", h.ids.extent(0), logit_rows<L>(h.ids.extent(1)), L::vocab);
+    Tensor<float***, Space> logits("logits", h.ids.extent(0), logit_rows<L>(h.ids.extent(1)), h.layer.vocab_size());
     h.layer.logits(h.ws, h.ids, logits);
     compare("logits", to_vector(logits), file.read<double>("logits"));
   } else {
@@ -435,7 +438,7 @@ void check_decode_matches_forward(std::vector<int> prefixes, std::vector<int> ch
   Harness<Case, double, Space> h;
   h.randomize(7);
   using L = typename Harness<Case, double, Space>::L;
-  const int b = h.batch, t = h.time, v = L::vocab, rows = int(logit_rows<L>(t)), q0 = t - rows;
+  const int b = h.batch, t = h.time, v = int(h.layer.vocab_size()), rows = int(logit_rows<L>(t)), q0 = t - rows;
   Tensor<double***, Space> full("full", b, rows, v);
   h.layer.logits(h.ws, h.ids, full);
   const auto want = to_vector(full);

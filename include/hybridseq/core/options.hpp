@@ -16,9 +16,32 @@
 /// `o.body.block.branch<1>().layer<1>().rope_base = 500` in a Transformer.
 
 #include <concepts>
+#include <cstdint>
+#include <string_view>
 #include <type_traits>
 
+#include "error.hpp"
+
 namespace hybridseq::core {
+
+/// A compile-time extent left to run time (Eigen's `Dynamic`): a vocabulary of `dynamic` in
+/// an Embedding, LmHeadLoss or language model is read from its Options::vocab instead, so a
+/// tool can size the model by the task it loads without a new type per vocabulary.
+inline constexpr int dynamic = -1;
+
+/// The extent a layer runs with: `fixed` when it is compile-time, else `option` (> 0). An
+/// option that contradicts a fixed extent is refused rather than ignored; 0 means "unset".
+inline std::int64_t resolve_extent(std::string_view api, std::string_view name, int fixed, std::int64_t option) {
+  if (fixed != dynamic) {
+    if (option != 0 && option != fixed)
+      fail<value_error>(api, name, " is ", option, " but the type fixes it at ", fixed,
+                        " (leave it 0, or build the type with core::dynamic)");
+    return fixed;
+  }
+  if (option <= 0)
+    fail<value_error>(api, name, " is ", option, "; the type leaves it to run time (core::dynamic), so it must be > 0");
+  return option;
+}
 
 /// The options of a layer that has none.
 struct NoOptions {};

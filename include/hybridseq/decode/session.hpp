@@ -38,8 +38,6 @@ class Session {
   using Space = typename Model::execution_space;
   using T = typename Model::scalar_type;
   using State = typename Model::State;
-  static constexpr int V = Model::vocab;
-
   Session(const Model& model, int batch)
       : thread_check_("hybridseq::decode::Session"), model_(model), batch_(batch), state_(model.make_state(batch)) {
     if (batch < 1) fail<value_error>("hybridseq::decode::Session", "batch must be >= 1, got ", batch);
@@ -57,6 +55,7 @@ class Session {
     for (int b = 0; b < batch_; ++b)
       for (int t = 0; t < len; ++t) h(b, t) = tokens[std::size_t(b) * len + t];
     Kokkos::deep_copy(ids, h);
+    const int V = int(model_.vocab_size());
     Tensor<T***, Space> logits("session.logits", batch_, len, V);
     model_.prefill(ws_, state_, ids, logits);
     auto lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits);
@@ -124,6 +123,7 @@ class Session {
 
  private:
   std::int32_t pick(int b, const Sampling& s) const {
+    const int V = int(model_.vocab_size());
     const double* l = last_.data() + std::size_t(b) * V;
     if (s.temperature == 0) return std::int32_t(std::max_element(l, l + V) - l);
     std::vector<int> order(V);

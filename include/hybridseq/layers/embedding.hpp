@@ -6,6 +6,7 @@
 #include <string>
 
 #include "../core/check.hpp"
+#include "../core/options.hpp"
 #include "../core/parameter.hpp"
 #include "../core/workspace.hpp"
 
@@ -61,30 +62,37 @@ void check_token_ids(std::string_view api, TokenIds<Space> ids, std::int64_t voc
 }
 
 /// y (B, T, D) = W[ids (B, T)]. Ids are validated against the vocabulary on every call.
+/// S.vocab may be core::dynamic: the vocabulary is then Options::vocab.
 template <EmbeddingShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class Embedding {
-  static_assert(S.vocab > 0 && S.dim > 0, "hybridseq::layers::Embedding: vocab and dim must be positive");
+  static_assert((S.vocab > 0 || S.vocab == core::dynamic) && S.dim > 0,
+                "hybridseq::layers::Embedding: vocab (or core::dynamic) and dim must be positive");
 
  public:
   using scalar_type = T;
   using execution_space = Space;
-  static constexpr int vocab = S.vocab;
+  static constexpr int vocab = S.vocab;  // core::dynamic: see vocab_size()
   static constexpr int d_out = S.dim;
 
   struct Options {
-    double init_std = 1.0;  // PyTorch's nn.Embedding default
+    double init_std = 1.0;   // PyTorch's nn.Embedding default
+    std::int64_t vocab = 0;  // the vocabulary when S.vocab is core::dynamic (0: the type's)
   };
   struct Saved {
     TokenIds<Space> ids;  // (B, T)
   };
 
   explicit Embedding(const Options& options = {})
-      : weight_({S.vocab, S.dim}, core::Role::embedding, core::Init::normal(options.init_std)) {}
+      : weight_({core::resolve_extent("hybridseq::layers::Embedding", "Options::vocab", S.vocab, options.vocab), S.dim},
+                core::Role::embedding, core::Init::normal(options.init_std)) {}
+
+  /// Rows of the table: S.vocab, or Options::vocab when that is core::dynamic.
+  std::int64_t vocab_size() const { return weight_.extent(0); }
 
   void forward(core::Workspace<Space>&, TokenIds<Space> ids, Tensor<T***, Space> y, Saved& saved) const {
     const char* api = "hybridseq::layers::Embedding::forward";
     core::check_shape(api, "y", y, core::dim(ids.extent(0)), core::dim(ids.extent(1)), core::dim(S.dim));
-    check_token_ids<Space>(api, ids, S.vocab);
+    check_token_ids<Space>(api, ids, vocab_size());
     saved.ids = ids;
     if (ids.size() == 0) return;
     Kokkos::parallel_for("hybridseq::layers::Embedding::forward",

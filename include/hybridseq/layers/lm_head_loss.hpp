@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "../core/check.hpp"
+#include "../core/options.hpp"
 #include "../core/parameter.hpp"
 #include "../core/workspace.hpp"
 #include "../kernels/cross_entropy.hpp"
@@ -35,21 +36,25 @@ enum class LmHeadWeight {
 /// taking `weight`): any (V, D) parameter, e.g. the embedding table, whose gradient then
 /// receives the head's contribution on top of whatever else its owner accumulates.
 ///
+/// S.vocab may be core::dynamic: V is then Options::vocab.
+///
 /// Requires: targets in [0, V) or equal to `ignore_index`; x finite (checked).
 /// Ensures: when every target is ignored, the loss is 0 and backward adds nothing (PyTorch
 /// returns NaN there; a batch of padding should not poison training).
 template <LmHeadShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class LmHeadLoss {
-  static_assert(S.d > 0 && S.vocab > 0, "hybridseq::layers::LmHeadLoss: d and vocab must be positive");
+  static_assert(S.d > 0 && (S.vocab > 0 || S.vocab == core::dynamic),
+                "hybridseq::layers::LmHeadLoss: d and vocab (or core::dynamic) must be positive");
 
  public:
   using scalar_type = T;
   using execution_space = Space;
   static constexpr int d_in = S.d;
-  static constexpr int vocab = S.vocab;
+  static constexpr int vocab = S.vocab;  // core::dynamic: see vocab_size()
 
   struct Options {
     double init_std = 0.02;
+    std::int64_t vocab = 0;            // V when S.vocab is core::dynamic (0: the type's)
     std::int32_t ignore_index = -100;  // PyTorch's default
     std::int64_t chunk_rows = 256;     // rows of logits alive at once
   };
@@ -63,13 +68,18 @@ class LmHeadLoss {
   using Weight = core::Parameter<T, Space>;
 
   /// `weight`: owned (init_std applies) or shared (no parameter; init_std is unused).
-  explicit LmHeadLoss(const Options& options = {}, LmHeadWeight weight = LmHeadWeight::owned) : options_(options) {
+  explicit LmHeadLoss(const Options& options = {}, LmHeadWeight weight = LmHeadWeight::owned)
+      : options_(options),
+        vocab_(core::resolve_extent("hybridseq::layers::LmHeadLoss", "Options::vocab", S.vocab, options.vocab)) {
     if (options.chunk_rows <= 0)
       fail<value_error>("hybridseq::layers::LmHeadLoss", "chunk_rows must be positive, got ", options.chunk_rows);
     if (weight == LmHeadWeight::owned)
-      weight_.emplace(std::initializer_list<std::int64_t>{S.vocab, S.d}, core::Role::weight,
+      weight_.emplace(std::initializer_list<std::int64_t>{vocab_, S.d}, core::Role::weight,
                       core::Init::normal(options.init_std));
   }
+
+  /// V: S.vocab, or Options::vocab when that is core::dynamic.
+  std::int64_t vocab_size() const { return vocab_; }
 
   /// Whether W is the head's own parameter (false: shared, passed to each call).
   bool owns_weight() const { return weight_.has_value(); }
@@ -129,7 +139,7 @@ class LmHeadLoss {
     const char* api = "hybridseq::layers::LmHeadLoss::logits";
     check_weight(api, weight);
     core::check_shape(api, "x", x, core::B, core::T, core::dim(S.d));
-    core::check_shape(api, "out", out, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(S.vocab));
+    core::check_shape(api, "out", out, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(vocab_));
     kernels::gemm(Space{}, kernels::Op::none, kernels::Op::transpose, T(1), core::as_matrix(x),
                   weight.template shaped<T**>(), T(0), core::as_matrix(out));
   }
@@ -144,9 +154,9 @@ class LmHeadLoss {
   std::string_view describe_name() const { return weight_ ? "LmHeadLoss" : "LmHeadLoss(shared weight)"; }
 
  private:
-  static void check_weight(const char* api, const Weight& w) {
-    if (w.rank() != 2 || w.extent(0) != S.vocab || w.extent(1) != S.d)
-      fail<shape_error>(api, "weight must be (", S.vocab, ", ", S.d, ") (vocab, d), got rank ", w.rank(),
+  void check_weight(const char* api, const Weight& w) const {
+    if (w.rank() != 2 || w.extent(0) != vocab_ || w.extent(1) != S.d)
+      fail<shape_error>(api, "weight must be (", vocab_, ", ", S.d, ") (vocab, d), got rank ", w.rank(),
                         w.rank() == 2 ? " (" + std::to_string(w.extent(0)) + ", " + std::to_string(w.extent(1)) + ")"
                                       : std::string());
   }
@@ -155,23 +165,25 @@ class LmHeadLoss {
     const auto flat = core::flat(targets);
     const std::int64_t n = flat.extent(0);
     const std::int32_t ignore = options_.ignore_index;
+    const std::int64_t v = vocab_;
     std::int64_t first = n;
     Kokkos::parallel_reduce(
         "hybridseq::layers::LmHeadLoss::check_targets", Kokkos::RangePolicy<Space>(0, n),
         KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
           const std::int32_t t = flat(i);
-          if (t != ignore && (t < 0 || t >= S.vocab) && i < m) m = i;
+          if (t != ignore && (t < 0 || t >= v) && i < m) m = i;
         },
         Kokkos::Min<std::int64_t>(first));
     if (first < n) {
       auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, flat);
       const std::int64_t cols = targets.extent(1);
       fail<value_error>(api, "target ", host(first), " at (b=", first / cols, ", t=", first % cols, ") is outside [0, ",
-                        S.vocab, ") and is not ignore_index ", ignore);
+                        v, ") and is not ignore_index ", ignore);
     }
   }
 
   Options options_;
+  std::int64_t vocab_;
   std::optional<Weight> weight_;  // (V, D) when owned
 };
 

@@ -287,7 +287,7 @@ class CompressedDoubleBody {
 template <int Vocab, CompressedDoubleShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class CompressedDoubleAttentionAr
     : public LanguageModel<Vocab, CompressedDoubleBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
-  static_assert(Vocab > 0 && S.latents >= 1, "hybridseq::models::CompressedDoubleAttentionAr: vocabulary and latents");
+  static_assert(S.latents >= 1, "hybridseq::models::CompressedDoubleAttentionAr: needs at least one latent");
   using Base = LanguageModel<Vocab, CompressedDoubleBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
 
  public:

@@ -136,8 +136,8 @@ class DoubleAttentionBody {
 template <int Vocab, DoubleAttentionShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class DoubleAttentionAr
     : public LanguageModel<Vocab, DoubleAttentionBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
-  static_assert(Vocab > 0 && S.latents >= 1 && S.split >= 0,
-                "hybridseq::models::DoubleAttentionAr: needs a vocabulary, at least one latent, split >= 0");
+  static_assert(S.latents >= 1 && S.split >= 0,
+                "hybridseq::models::DoubleAttentionAr: needs at least one latent and split >= 0");
   using Base = LanguageModel<Vocab, DoubleAttentionBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
 
  public:

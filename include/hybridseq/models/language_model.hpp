@@ -19,6 +19,10 @@
 /// and its gradient is the head's plus the lookup's. It is initialised once, by the
 /// embedding's init (Options::embed.init_std; Options::head.init_std is then unused).
 ///
+/// The vocabulary V is the type's `Vocab`, or Options::vocab when Vocab is core::dynamic (a
+/// tool that sizes the model by its task); vocab_size() says which it is. The embedding's and
+/// the head's own `vocab` options follow it (they may be left 0).
+///
 /// Dropout (Options::embed_dropout on the embeddings; residual and attention dropout are
 /// options of those children) acts in training passes only: inside a core::TrainingPass,
 /// which the Trainer opens for every micro-batch; evaluate, logits and decoding run without.
@@ -58,7 +62,8 @@ class LanguageModel {
   static_assert(Body::d_in == Body::d_out, "hybridseq::models::LanguageModel: the body must keep the model width");
   static_assert(core::Branch<FinalNorm> && FinalNorm::d_in == Body::d_out && FinalNorm::d_out == Body::d_out,
                 "hybridseq::models::LanguageModel: the final norm must map the model width to itself");
-  static_assert(Vocab > 0, "hybridseq::models::LanguageModel: the vocabulary must be non-empty");
+  static_assert(Vocab > 0 || Vocab == core::dynamic,
+                "hybridseq::models::LanguageModel: the vocabulary must be non-empty (or core::dynamic)");
 
  public:
   using scalar_type = typename Body::scalar_type;
@@ -66,7 +71,7 @@ class LanguageModel {
   using T = scalar_type;
   using Space = execution_space;
   using body_type = Body;
-  static constexpr int vocab = Vocab;
+  static constexpr int vocab = Vocab;  // core::dynamic: see vocab_size()
   static constexpr int d_model = Body::d_in;
   using Embed = layers::Embedding<layers::EmbeddingShape{Vocab, d_model}, T, Space>;
   using Head = layers::LmHeadLoss<layers::LmHeadShape{d_model, Vocab}, T, Space>;
@@ -76,6 +81,7 @@ class LanguageModel {
     typename Embed::Options embed{.init_std = 0.02};
     typename FinalNorm::Options norm{};
     typename Head::Options head{};
+    std::int64_t vocab = 0;       // V when Vocab is core::dynamic (0: the type's)
     bool tie_embeddings = false;  // the head uses the embedding table E (V, D) as its weight
     double embed_dropout = 0;     // on the embeddings x = E[ids], in training passes
 
@@ -109,13 +115,17 @@ class LanguageModel {
   }
 
   explicit LanguageModel(const Options& o = {})
-      : embed_(o.embed),
+      : embed_(with_vocab(o.embed, o, "embed")),
         body_(o.body),
         norm_(o.norm),
-        head_(o.head, o.tie_embeddings ? layers::LmHeadWeight::shared : layers::LmHeadWeight::owned),
+        head_(with_vocab(o.head, o, "head"),
+              o.tie_embeddings ? layers::LmHeadWeight::shared : layers::LmHeadWeight::owned),
         embed_dropout_(o.embed_dropout) {
     core::check_dropout("hybridseq::models::LanguageModel", "Options::embed_dropout", o.embed_dropout);
   }
+
+  /// V: Vocab, or Options::vocab when Vocab is core::dynamic.
+  std::int64_t vocab_size() const { return embed_.vocab_size(); }
 
   /// Whether the head's weight is the embedding table (Options::tie_embeddings).
   bool tied_embeddings() const { return !head_.owns_weight(); }
@@ -166,7 +176,7 @@ class LanguageModel {
     const std::string api = api_of("logits");
     check_length(api, ids.extent(1));
     core::check_shape(api, "out", out, core::dim(ids.extent(0)), core::dim(logit_time(ids.extent(1))),
-                      core::dim(Vocab));
+                      core::dim(vocab_size()));
     core::WorkspaceScope scope(ws);
     core::InferencePass inference(ws);
     Saved s;
@@ -240,6 +250,18 @@ class LanguageModel {
       return std::string(Body::model_name) + "::" + op;
     else
       return std::string("hybridseq::models::LanguageModel::") + op;
+  }
+
+  /// A child's options with the model's vocabulary; a child vocabulary that disagrees is refused.
+  template <class ChildOptions>
+  static ChildOptions with_vocab(ChildOptions child, const Options& o, const char* name) {
+    const char* api = "hybridseq::models::LanguageModel";
+    const std::int64_t v = core::resolve_extent(api, "Options::vocab", Vocab, o.vocab);
+    if (child.vocab != 0 && child.vocab != v)
+      fail<value_error>(api, "Options::", name, ".vocab is ", child.vocab, " but the model's vocabulary is ", v,
+                        " (leave it 0)");
+    child.vocab = v;
+    return child;
   }
 
   /// The head's W: its own, or the embedding table when tied.

@@ -365,8 +365,7 @@ class PerceiverArBody {
 /// hybridseq::models::PerceiverAr::<call>).
 template <int Vocab, PerceiverArShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class PerceiverAr : public LanguageModel<Vocab, PerceiverArBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
-  static_assert(Vocab > 0 && S.latents >= 1,
-                "hybridseq::models::PerceiverAr: needs a vocabulary and at least one latent");
+  static_assert(S.latents >= 1, "hybridseq::models::PerceiverAr: needs at least one latent");
   using Base = LanguageModel<Vocab, PerceiverArBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
 
  public:
