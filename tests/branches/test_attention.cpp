@@ -186,30 +186,20 @@ TEST_CASE("schemes refuse sequence lengths they cannot take", "[attention][host]
 #include "support/testbed.hpp"
 
 HYBRIDSEQ_SPACE_TEST_CASE("attention branch: finite-difference gradients in double", "[attention][gradcheck]") {
-  cases::for_each_case(cases::AttentionCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_gradients<Case, TestType>(1e-6);
-    }
-  });
+  testing::for_each_case(cases::AttentionCases{},
+                         [&]<class Case>() { testing::check_gradients<Case, TestType>(1e-6); });
 }
 
 // Float tolerance: scores are sums of Dh products scaled by α (≈ 10 for cosine scores), and
 // softmax/gradients amplify their rounding by α; 1e-4 relative + 1e-5 absolute covers it
 // with margin while a wrong mask or head mapping is off by O(0.1) (see ATTENTION.md).
 HYBRIDSEQ_SPACE_TEST_CASE("attention branch: PyTorch goldens in float", "[attention][golden]") {
-  cases::for_each_case(cases::AttentionCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_golden<Case, TestType>(1e-4, 1e-5);
-    }
-  });
+  testing::for_each_case(cases::AttentionCases{},
+                         [&]<class Case>() { testing::check_golden<Case, TestType>(1e-4, 1e-5); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("attention branch: save/load round trip", "[attention][io]") {
-  cases::for_each_case(cases::AttentionCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_round_trip<Case, TestType>();
-    }
-  });
+  testing::for_each_case(cases::AttentionCases{}, [&]<class Case>() { testing::check_round_trip<Case, TestType>(); });
 }
 
 // ---- decoding ----

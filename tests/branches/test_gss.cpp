@@ -248,11 +248,7 @@ TEST_CASE("gss: FFT sizes are the smallest powers of two covering 2L - 1", "[gss
 // ---- the branch through the testbed -----------------------------------------------------
 
 HYBRIDSEQ_SPACE_TEST_CASE("gss: finite-difference gradients in double", "[gss][gradcheck]") {
-  cases::for_each_case(cases::GssCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_gradients<Case, TestType>(1e-6);
-    }
-  });
+  testing::for_each_case(cases::GssCases{}, [&]<class Case>() { testing::check_gradients<Case, TestType>(1e-6); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("gss: PyTorch goldens in float", "[gss][golden]") {
@@ -261,19 +257,11 @@ HYBRIDSEQ_SPACE_TEST_CASE("gss: PyTorch goldens in float", "[gss][golden]") {
   // where one float ulp is already ~2e-6, so near-zero entries that are differences of such
   // terms carry a few e-6 of rounding in any float implementation (the double gradient
   // check and the 1e-15 kernel-vs-oracle match are what bound the implementation error).
-  cases::for_each_case(cases::GssCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_golden<Case, TestType>(1e-5, 1e-5);
-    }
-  });
+  testing::for_each_case(cases::GssCases{}, [&]<class Case>() { testing::check_golden<Case, TestType>(1e-5, 1e-5); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("gss: save/load round trip", "[gss][io]") {
-  cases::for_each_case(cases::GssCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_round_trip<Case, TestType>();
-    }
-  });
+  testing::for_each_case(cases::GssCases{}, [&]<class Case>() { testing::check_round_trip<Case, TestType>(); });
 }
 
 // ---- decoding ----------------------------------------------------------------------------

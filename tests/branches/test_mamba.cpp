@@ -498,38 +498,23 @@ static_assert(layers::Mamba<layers::MambaShape{.d_model = 256}, float, Kokkos::S
 static_assert(layers::Mamba<layers::MambaShape{.d_model = 40}, float, Kokkos::Serial>::dt_rank == 3);
 
 HYBRIDSEQ_SPACE_TEST_CASE("mamba: finite-difference gradients in double", "[mamba][gradcheck]") {
-  cases::for_each_case(cases::MambaCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_gradients<Case, TestType>(1e-6);
-    }
-  });
+  testing::for_each_case(cases::MambaCases{}, [&]<class Case>() { testing::check_gradients<Case, TestType>(1e-6); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("mamba: PyTorch goldens in float", "[mamba][golden]") {
-  cases::for_each_case(cases::MambaCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_golden<Case, TestType>();
-    }
-  });
+  testing::for_each_case(cases::MambaCases{}, [&]<class Case>() { testing::check_golden<Case, TestType>(); });
 }
 
 // transformers' MambaMixer rounds A, B and the scan input to float32 inside its torch path,
 // so its golden differs from the float64 reference by up to 1e-7 relative; the tolerance here
 // is the same as for the reference goldens.
 HYBRIDSEQ_SPACE_TEST_CASE("mamba: Hugging Face MambaMixer golden in float", "[mamba][golden][hf]") {
-  cases::for_each_case(cases::MambaHfCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_golden<Case, TestType>(1e-5, 1e-6);
-    }
-  });
+  testing::for_each_case(cases::MambaHfCases{},
+                         [&]<class Case>() { testing::check_golden<Case, TestType>(1e-5, 1e-6); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("mamba: save/load round trip", "[mamba][io]") {
-  cases::for_each_case(cases::MambaCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_round_trip<Case, TestType>();
-    }
-  });
+  testing::for_each_case(cases::MambaCases{}, [&]<class Case>() { testing::check_round_trip<Case, TestType>(); });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@
 
 #include <hybridseq/layers.hpp>
 
+#include "case_list.hpp"
+
 namespace hybridseq::cases {
 
 using namespace hybridseq::layers;
@@ -146,23 +148,11 @@ struct LmHeadWide {
   }
 };
 
-template <class... Cases>
-struct CaseList {};
-
-template <class Case>
-inline constexpr bool has_golden = !std::string_view(Case::golden).empty();
-
 using PrimitiveCases =
     CaseList<LinearBias, LinearNoBias, RmsNormCase, LayerNormCase, RopeFull, RopePartial,
              ActivationCase<Activation::gelu, gelu_name>, ActivationCase<Activation::gelu_tanh, gelu_tanh_name>,
              ActivationCase<Activation::silu, silu_name>, ActivationCase<Activation::softplus, softplus_name>, FfnGelu,
              FfnSwiglu, DualFfnCase, EmbeddingCase, LmHeadCase, LinearWide, LmHeadWide>;
-
-/// Calls `f.template operator()<Case>()` for each case.
-template <class... Cases, class F>
-void for_each_case(CaseList<Cases...>, F&& f) {
-  (f.template operator()<Cases>(), ...);
-}
 
 }  // namespace hybridseq::cases
 

@@ -9,35 +9,19 @@
 using namespace hybridseq;
 
 HYBRIDSEQ_SPACE_TEST_CASE("primitive layers: finite-difference gradients in double", "[layers][gradcheck]") {
-  cases::for_each_case(cases::PrimitiveCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_gradients<Case, TestType>(1e-6);
-    }
-  });
+  testing::for_each_case(cases::PrimitiveCases{},
+                         [&]<class Case>() { testing::check_gradients<Case, TestType>(1e-6); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("benchmark configurations: finite-difference gradients in double", "[layers][gradcheck]") {
-  cases::for_each_case(cases::BenchCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_gradients<Case, TestType>(1e-6);
-    }
-  });
+  testing::for_each_case(cases::BenchCases{}, [&]<class Case>() { testing::check_gradients<Case, TestType>(1e-6); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("primitive layers: PyTorch goldens in float", "[layers][golden]") {
-  cases::for_each_case(cases::PrimitiveCases{}, [&]<class Case>() {
-    if constexpr (cases::has_golden<Case>) {
-      DYNAMIC_SECTION(Case::name) {
-        testing::check_golden<Case, TestType>();
-      }
-    }
-  });
+  testing::for_each_golden_case(cases::PrimitiveCases{},
+                                [&]<class Case>() { testing::check_golden<Case, TestType>(); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("primitive layers: save/load round trip", "[layers][io]") {
-  cases::for_each_case(cases::PrimitiveCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_round_trip<Case, TestType>();
-    }
-  });
+  testing::for_each_case(cases::PrimitiveCases{}, [&]<class Case>() { testing::check_round_trip<Case, TestType>(); });
 }

@@ -43,38 +43,24 @@ void check_throws(F&& f, const std::vector<std::string>& parts) {
 }  // namespace
 
 HYBRIDSEQ_SPACE_TEST_CASE("ecp: finite-difference gradients in double, end to end", "[ecp][gradcheck]") {
-  cases::for_each_case(cases::EcpFamilyCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_gradients<Case, TestType>(5e-6);
-    }
-  });
+  testing::for_each_case(cases::EcpFamilyCases{},
+                         [&]<class Case>() { testing::check_gradients<Case, TestType>(5e-6); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("ecp: PyTorch goldens in float (logits, loss, every gradient)", "[ecp][golden]") {
-  cases::for_each_case(cases::EcpFamilyCases{}, [&]<class Case>() {
-    if constexpr (cases::has_golden<Case>) {
-      DYNAMIC_SECTION(Case::name) {
-        testing::check_golden<Case, TestType>(1e-4, 1e-5);
-      }
-    }
-  });
+  testing::for_each_golden_case(cases::EcpFamilyCases{},
+                                [&]<class Case>() { testing::check_golden<Case, TestType>(1e-4, 1e-5); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("ecp: decoding (ECP rings, PerceiverAR history + latent window) equals the full forward",
                           "[ecp][decode]") {
-  cases::for_each_case(cases::EcpDecodeCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_decode_matches_forward<Case, TestType>({0, 1, 3, 5, 6, 10, 11, 19, 20});
-    }
+  testing::for_each_case(cases::EcpDecodeCases{}, [&]<class Case>() {
+    testing::check_decode_matches_forward<Case, TestType>({0, 1, 3, 5, 6, 10, 11, 19, 20});
   });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("ecp: save/load round trip", "[ecp][io]") {
-  cases::for_each_case(cases::EcpFamilyCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_round_trip<Case, TestType>();
-    }
-  });
+  testing::for_each_case(cases::EcpFamilyCases{}, [&]<class Case>() { testing::check_round_trip<Case, TestType>(); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("ecp: the decoding ring holds 2m positions per layer and truncates within it",

@@ -34,41 +34,26 @@ static_assert(core::DecodableBranch<cases::HybridTiny<float, Kokkos::Serial>::bo
 }  // namespace
 
 HYBRIDSEQ_SPACE_TEST_CASE("models: finite-difference gradients in double, end to end", "[models][gradcheck]") {
-  cases::for_each_case(cases::ModelCases{}, [&]<class Case>() {
-    // A whole model is differenced through its scalar loss (≈ 2.4), not term by term: at the
-    // 4th-order stencil's step (3e-5 relative) round-off is ~1e-11 absolute, which against
-    // the smallest gradient tensors (Mamba's A_log behind two TF layers, |g| ~ 1e-5) is a
-    // relative 1–2e-6. Every other tensor checks to ≤ 1e-7.
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_gradients<Case, TestType>(5e-6);
-    }
-  });
+  // A whole model is differenced through its scalar loss (≈ 2.4), not term by term: at the
+  // 4th-order stencil's step (3e-5 relative) round-off is ~1e-11 absolute, which against
+  // the smallest gradient tensors (Mamba's A_log behind two TF layers, |g| ~ 1e-5) is a
+  // relative 1–2e-6. Every other tensor checks to ≤ 1e-7.
+  testing::for_each_case(cases::ModelCases{}, [&]<class Case>() { testing::check_gradients<Case, TestType>(5e-6); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("models: PyTorch goldens in float (logits, loss, every gradient)", "[models][golden]") {
-  cases::for_each_case(cases::ModelCases{}, [&]<class Case>() {
-    if constexpr (cases::has_golden<Case>) {
-      DYNAMIC_SECTION(Case::name) {
-        testing::check_golden<Case, TestType>(1e-4, 1e-5);
-      }
-    }
-  });
+  testing::for_each_golden_case(cases::ModelCases{},
+                                [&]<class Case>() { testing::check_golden<Case, TestType>(1e-4, 1e-5); });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("models: decoding equals the full forward", "[models][decode]") {
-  cases::for_each_case(cases::ModelCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_decode_matches_forward<Case, TestType>({0, 1, 4, 9});
-    }
+  testing::for_each_case(cases::ModelCases{}, [&]<class Case>() {
+    testing::check_decode_matches_forward<Case, TestType>({0, 1, 4, 9});
   });
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("models: save/load round trip", "[models][io]") {
-  cases::for_each_case(cases::ModelCases{}, [&]<class Case>() {
-    DYNAMIC_SECTION(Case::name) {
-      testing::check_round_trip<Case, TestType>();
-    }
-  });
+  testing::for_each_case(cases::ModelCases{}, [&]<class Case>() { testing::check_round_trip<Case, TestType>(); });
 }
 
 TEST_CASE("models: the PHA ablation grid is 35 distinct variants with distinct names", "[models][host]") {

@@ -22,6 +22,8 @@
 #include <hybridseq/core.hpp>
 #include <hybridseq/io/parameters.hpp>
 
+#include "../cases/case_list.hpp"
+
 namespace hybridseq::testing {
 
 template <class Case, class T, class Space>
@@ -46,6 +48,33 @@ concept LossLayer = requires {
   L::vocab;
   L::d_in;
 };
+
+/// Runs `check.template operator()<Case>()` for every case of a CaseList, each in a Catch2
+/// section named after the case (so a failure names it and the others still run).
+template <class... Cases, class Check>
+void for_each_case(cases::CaseList<Cases...>, Check&& check) {
+  (
+      [&] {
+        DYNAMIC_SECTION(Cases::name) {
+          check.template operator()<Cases>();
+        }
+      }(),
+      ...);
+}
+
+/// The same for the cases that have a PyTorch golden file (Case::golden non-empty).
+template <class... Cases, class Check>
+void for_each_golden_case(cases::CaseList<Cases...>, Check&& check) {
+  (
+      [&] {
+        if constexpr (cases::has_golden<Cases>) {
+          DYNAMIC_SECTION(Cases::name) {
+            check.template operator()<Cases>();
+          }
+        }
+      }(),
+      ...);
+}
 
 /// Rows of logits a model produces for t input positions: t, or the model's
 /// `logit_time(t)` (PerceiverAR: only its M latents).
