@@ -12,9 +12,8 @@
 #include <vector>
 
 #include "../core/error.hpp"
-#include "draws.hpp"
 #include "example.hpp"
-#include "vocabulary.hpp"
+#include "vocabulary_task.hpp"
 
 namespace hybridseq::tasks {
 
@@ -35,26 +34,19 @@ struct AssociativeRecallOptions {
 /// Reading: the authors' MKAR (generate.py, "assoc-recall-mk") records a key only from
 /// position k + 1 on, so it never learns the first key/value pair (x[0..k−1], x[k]); we
 /// record it, which makes k = 1 identical to AR, as the definition implies.
-class AssociativeRecall {
+class AssociativeRecall : public VocabularyTask<AssociativeRecallOptions> {
  public:
-  using Options = AssociativeRecallOptions;
   static constexpr int max_key_size = 8;
 
   explicit AssociativeRecall(const Options& options = Options())
-      : options_(checked(options)), vocab_(options_.n_v, 0, 0) {}
+      : VocabularyTask(checked(options), [](const Options& o) { return Vocabulary(o.n_v, 0, 0); }) {}
 
-  const Options& options() const { return options_; }
-  const Vocabulary& vocab() const { return vocab_; }
-  int vocab_size() const { return vocab_.size(); }
-  std::string token_name(int id) const { return vocab_.name(id); }
-  std::int32_t pad_id() const { return vocab_.null(); }
   /// Shortest length `sample` accepts.
   int min_len() const { return 1; }
 
   /// Example `index` of length `len` for `seed`; a pure function of (options, seed, index, len).
   Example sample(std::uint64_t seed, std::uint64_t index, int len) const {
-    detail::check_len("hybridseq::tasks::AssociativeRecall::sample", len, min_len());
-    detail::Draws d(seed, detail::example_stream(index, len));
+    auto d = example_draws("hybridseq::tasks::AssociativeRecall::sample", seed, index, len, min_len());
     Example ex;
     ex.input.resize(static_cast<std::size_t>(len));
     for (auto& x : ex.input) x = vocab_.letter(d.below(options_.n_v));
@@ -100,9 +92,6 @@ class AssociativeRecall {
     }
     return y;
   }
-
-  Options options_;
-  Vocabulary vocab_;
 };
 
 }  // namespace hybridseq::tasks

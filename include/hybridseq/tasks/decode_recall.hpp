@@ -12,9 +12,8 @@
 #include <vector>
 
 #include "../core/error.hpp"
-#include "draws.hpp"
 #include "example.hpp"
-#include "vocabulary.hpp"
+#include "vocabulary_task.hpp"
 
 namespace hybridseq::tasks {
 
@@ -44,18 +43,10 @@ struct DecodeRecallOptions {
 /// position ≤ T − 2 − n_b, i.e. the letter before the code does not count as an occurrence
 /// (its follower would be a bit): the authors search the prefix from T − 2 − n_b backwards.
 /// `null_target` if V_c does not occur there. Requires T ≥ n_b + 2.
-class DecodeRecall {
+class DecodeRecall : public VocabularyTask<DecodeRecallOptions> {
  public:
-  using Options = DecodeRecallOptions;
+  explicit DecodeRecall(const Options& options = Options()) : VocabularyTask(checked(options), &vocabulary) {}
 
-  explicit DecodeRecall(const Options& options = Options())
-      : options_(checked(options)), vocab_(vocabulary(options_)) {}
-
-  const Options& options() const { return options_; }
-  const Vocabulary& vocab() const { return vocab_; }
-  int vocab_size() const { return vocab_.size(); }
-  std::string token_name(int id) const { return vocab_.name(id); }
-  std::int32_t pad_id() const { return vocab_.null(); }
   /// Bits in the code of decode-recall-last: log2(n_v).
   int code_bits() const { return std::countr_zero(static_cast<unsigned>(options_.n_v)); }
   /// Shortest length `sample` accepts: 1, or n_b + 2 for decode-recall-last.
@@ -63,8 +54,7 @@ class DecodeRecall {
 
   /// Example `index` of length `len` for `seed`; a pure function of (options, seed, index, len).
   Example sample(std::uint64_t seed, std::uint64_t index, int len) const {
-    detail::check_len("hybridseq::tasks::DecodeRecall::sample", len, min_len());
-    detail::Draws d(seed, detail::example_stream(index, len));
+    auto d = example_draws("hybridseq::tasks::DecodeRecall::sample", seed, index, len, min_len());
     Example ex;
     ex.input.resize(static_cast<std::size_t>(len));
     const int random_len = options_.last_only ? len - code_bits() : len;
@@ -124,9 +114,6 @@ class DecodeRecall {
     }
     return y;
   }
-
-  Options options_;
-  Vocabulary vocab_;
 };
 
 }  // namespace hybridseq::tasks

@@ -10,9 +10,8 @@
 #include <vector>
 
 #include "../core/error.hpp"
-#include "draws.hpp"
 #include "example.hpp"
-#include "vocabulary.hpp"
+#include "vocabulary_task.hpp"
 
 namespace hybridseq::tasks {
 
@@ -30,24 +29,17 @@ struct NeedleOptions {
 /// not yet visible there), `null_target` before m.
 ///
 /// `targets_for` takes the first #0 that has a successor as the marker; no marker: all null.
-class Needle {
+class Needle : public VocabularyTask<NeedleOptions> {
  public:
-  using Options = NeedleOptions;
+  explicit Needle(const Options& options = Options())
+      : VocabularyTask(checked(options), [](const Options& o) { return Vocabulary(o.n_v, 0, 2); }) {}
 
-  explicit Needle(const Options& options = Options()) : options_(checked(options)), vocab_(options_.n_v, 0, 2) {}
-
-  const Options& options() const { return options_; }
-  const Vocabulary& vocab() const { return vocab_; }
-  int vocab_size() const { return vocab_.size(); }
-  std::string token_name(int id) const { return vocab_.name(id); }
-  std::int32_t pad_id() const { return vocab_.null(); }
   /// Shortest length `sample` accepts.
   int min_len() const { return 3; }
 
   /// Example `index` of length `len` for `seed`; a pure function of (options, seed, index, len).
   Example sample(std::uint64_t seed, std::uint64_t index, int len) const {
-    detail::check_len("hybridseq::tasks::Needle::sample", len, min_len());
-    detail::Draws d(seed, detail::example_stream(index, len));
+    auto d = example_draws("hybridseq::tasks::Needle::sample", seed, index, len, min_len());
     Example ex;
     ex.input.resize(static_cast<std::size_t>(len));
     for (auto& x : ex.input) x = vocab_.letter(d.below(options_.n_v));
@@ -83,9 +75,6 @@ class Needle {
       }
     return y;
   }
-
-  Options options_;
-  Vocabulary vocab_;
 };
 
 }  // namespace hybridseq::tasks

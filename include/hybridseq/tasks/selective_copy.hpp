@@ -10,9 +10,8 @@
 #include <vector>
 
 #include "../core/error.hpp"
-#include "draws.hpp"
 #include "example.hpp"
-#include "vocabulary.hpp"
+#include "vocabulary_task.hpp"
 
 namespace hybridseq::tasks {
 
@@ -42,25 +41,16 @@ struct SelectiveCopyOptions {
 ///   token. Only the high-rate half has its last token forced, as in the authors' code.
 ///
 /// Vocabulary: `Vocabulary(n_v, min_shift, max_shift − min_shift + 1)`; padding input <null>.
-class SelectiveCopy {
+class SelectiveCopy : public VocabularyTask<SelectiveCopyOptions> {
  public:
-  using Options = SelectiveCopyOptions;
+  explicit SelectiveCopy(const Options& options = Options()) : VocabularyTask(checked(options), &vocabulary) {}
 
-  explicit SelectiveCopy(const Options& options = Options())
-      : options_(checked(options)), vocab_(vocabulary(options_)) {}
-
-  const Options& options() const { return options_; }
-  const Vocabulary& vocab() const { return vocab_; }
-  int vocab_size() const { return vocab_.size(); }
-  std::string token_name(int id) const { return vocab_.name(id); }
-  std::int32_t pad_id() const { return vocab_.null(); }
   /// Shortest length `sample` accepts.
   int min_len() const { return 1; }
 
   /// Example `index` of length `len` for `seed`; a pure function of (options, seed, index, len).
   Example sample(std::uint64_t seed, std::uint64_t index, int len) const {
-    detail::check_len("hybridseq::tasks::SelectiveCopy::sample", len, min_len());
-    detail::Draws d(seed, detail::example_stream(index, len));
+    auto d = example_draws("hybridseq::tasks::SelectiveCopy::sample", seed, index, len, min_len());
     const int shifts = options_.max_shift - options_.min_shift + 1;
     double p = options_.rate;
     bool force_last = false;
@@ -110,9 +100,6 @@ class SelectiveCopy {
     }
     return y;
   }
-
-  Options options_;
-  Vocabulary vocab_;
 };
 
 }  // namespace hybridseq::tasks
