@@ -25,7 +25,6 @@ For every case of golden_attention.CASES this
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -41,6 +40,7 @@ if HERE not in sys.path:
 
 import attention  # noqa: E402
 import golden_attention as ga  # noqa: E402
+from check_golden import golden_dir, worst_error  # noqa: E402
 from make_golden import canonical_safetensors_bytes  # noqa: E402
 
 F64 = torch.float64
@@ -184,11 +184,6 @@ def fwd_bwd(forward, x, params, go, cfg):
     return res
 
 
-def max_err(stored, ref):
-    """max |stored - ref| / (1 + |ref|), stored float32 vs float64 ref."""
-    return float(((stored.to(F64) - ref).abs() / (1.0 + ref.abs())).max()) if ref.numel() else 0.0
-
-
 def softmax_stats(x, params, cfg):
     with torch.no_grad():
         _, prob = attention.attention_with_probs(x, params, cfg)
@@ -238,12 +233,8 @@ def check_case(directory, name, seed, cfg0, tol_self, tol_indep):
                             ("per-query-loop", forward_loop, tol_indep)):
         res = fwd_bwd(fwd, x, params, go, cfg)
         assert set(res) == set(stored), (label, set(res) ^ set(stored))
-        e = max(max_err(stored[k], res[k]) for k in res)
-        errs[label] = e
-        if not e <= tol:
-            ok = False
-            for k in sorted(res):
-                print(f"  {case} {label} {k}: err {max_err(stored[k], res[k]):.3e}")
+        errs[label] = worst_error(stored, res, tol, f"{case} {label}")
+        ok &= errs[label] <= tol
 
     regen = "skipped (torch version differs)"
     if meta.get("torch") == torch.__version__:
@@ -272,13 +263,10 @@ def check_case(directory, name, seed, cfg0, tol_self, tol_indep):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dir", default=os.path.join("tests", "golden"))
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    directory = golden_dir(argv)
     ok = True
     for name, seed, cfg in ga.CASES:
-        ok &= check_case(args.dir, name, seed, cfg, tol_self=1e-7, tol_indep=2e-7)
+        ok &= check_case(directory, name, seed, cfg, tol_self=1e-7, tol_indep=2e-7)
     print("all attention goldens OK" if ok else "attention golden check FAILED")
     return 0 if ok else 1
 

@@ -24,6 +24,7 @@ import glob
 import json
 import os
 import sys
+from typing import Dict
 
 import torch
 import torch.nn.functional as F
@@ -101,6 +102,26 @@ def max_err(stored: torch.Tensor, ref: torch.Tensor) -> float:
     return float(((stored.to(F64) - ref).abs() / (1.0 + ref.abs())).max()) if ref.numel() else 0.0
 
 
+def worst_error(stored: Dict[str, torch.Tensor], res: Dict[str, torch.Tensor], tol: float, label: str) -> float:
+    """The largest max_err of the results `res` against the `stored` tensors; when it exceeds
+    `tol`, prints every tensor's error (lines "  <label> <name>: err ...")."""
+    e = max(max_err(stored[k], res[k]) for k in res)
+    if not e <= tol:
+        for k in sorted(res):
+            print(f"  {label} {k}: err {max_err(stored[k], res[k]):.3e}")
+    return e
+
+
+def golden_dir(argv=None) -> str:
+    """The command line of a checker: ``--dir DIR`` (default tests/golden). Also puts torch on
+    one thread (float64 reductions in the generators' order)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", default=os.path.join("tests", "golden"))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    return args.dir
+
+
 def check_file(path: str, tol_self: float, tol_builtin: float) -> bool:
     with safe_open(path, framework="pt") as f:
         meta = f.metadata() or {}
@@ -143,12 +164,8 @@ def check_file(path: str, tol_self: float, tol_builtin: float) -> bool:
                             ("builtin", forward_builtin, tol_builtin)):
         res = layers.forward_backward(fwd, case, cfg, x64, params, go64, targets)
         assert set(res) == expected_names, (path, label, set(res) ^ expected_names)
-        e = max(max_err(tensors[k], res[k]) for k in res)
-        worst[label] = e
-        if not e <= tol:
-            ok = False
-            for k in sorted(res):
-                print(f"  {label} {k}: err {max_err(tensors[k], res[k]):.3e}")
+        worst[label] = worst_error(tensors, res, tol, label)
+        ok &= worst[label] <= tol
     status = "OK  " if ok else "FAIL"
     print(f"{status} {os.path.basename(path)} ({size} B, {len(tensors)} tensors): "
           f"max rel err vs layers.py {worst['layers']:.2e}, vs torch built-ins {worst['builtin']:.2e}")
@@ -156,11 +173,7 @@ def check_file(path: str, tol_self: float, tol_builtin: float) -> bool:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dir", default=os.path.join("tests", "golden"))
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    files = sorted(glob.glob(os.path.join(args.dir, "*.safetensors")))
+    files = sorted(glob.glob(os.path.join(golden_dir(argv), "*.safetensors")))
     seen = set()
     ok = True
     for path in files:

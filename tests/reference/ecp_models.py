@@ -1,6 +1,7 @@
 """Plain-PyTorch references of the ECP-paper family (include/hybridseq/models/ecp.hpp,
 perceiver_ar.hpp), written from the definitions in papers.md §2, independently of the C++
-code and of the other references beside this file (only torch built-ins are used).
+code and of the other references beside this file (only torch built-ins do the math; the
+parameter holders are params.py's).
 
 Common block (the reference code MetaMain/ECPTransformer): pre-norm
 
@@ -39,20 +40,24 @@ Parameter names are the C++ dotted names of core::for_each_parameter.
 from __future__ import annotations
 
 import math
+import os
+import sys
 from typing import Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from params import Params  # noqa: E402
+
 F64 = torch.float64
 LN_EPS = 1e-5
 ROPE_BASE = 10000.0
 IGNORE_INDEX = -100
-
-
-def _param(*shape: int) -> nn.Parameter:
-    return nn.Parameter(torch.zeros(*shape, dtype=F64))
 
 
 # --------------------------------------------------------------------------
@@ -89,24 +94,14 @@ def merge(o: Tensor) -> Tensor:
     return o.permute(0, 2, 1, 3).reshape(b, t, h * dh)
 
 
-class Linear(nn.Module):
-    def __init__(self, d_in: int, d_out: int, bias: bool):
-        super().__init__()
-        self.weight = _param(d_out, d_in)
-        self.bias = _param(d_out) if bias else None
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.weight, self.bias)
+def linear(d_in: int, d_out: int, bias: bool) -> nn.Linear:
+    """torch's Linear in float64: weight (out, in), bias (out) when `bias`."""
+    return nn.Linear(d_in, d_out, bias, dtype=F64)
 
 
-class LayerNorm(nn.Module):
-    def __init__(self, d: int):
-        super().__init__()
-        self.weight = _param(d)
-        self.bias = _param(d)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, LN_EPS)
+def layer_norm(d: int) -> nn.LayerNorm:
+    """torch's LayerNorm in float64 (weight, bias), eps LN_EPS."""
+    return nn.LayerNorm(d, eps=LN_EPS, dtype=F64)
 
 
 class FeedForward(nn.Module):
@@ -114,8 +109,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d: int, f: int):
         super().__init__()
-        self.fc1 = Linear(d, f, True)
-        self.fc2 = Linear(f, d, True)
+        self.fc1 = linear(d, f, True)
+        self.fc2 = linear(f, d, True)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.fc2(F.gelu(self.fc1(x)))
@@ -126,7 +121,7 @@ class PreNorm(nn.Module):
 
     def __init__(self, d: int, fn: nn.Module):
         super().__init__()
-        self.norm = LayerNorm(d)
+        self.norm = layer_norm(d)
         self.block = fn
 
     def forward(self, x: Tensor) -> Tensor:
@@ -143,6 +138,60 @@ class Block(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.ffn(self.attn(x))
+
+
+class Blocks(nn.Module):
+    """Children "0", "1", ... (the C++ tuple indices), applied one after the other."""
+
+    def __init__(self, blocks: List[nn.Module]):
+        super().__init__()
+        for i, b in enumerate(blocks):
+            self.add_module(str(i), b)
+
+    def forward(self, x: Tensor) -> Tensor:
+        for i in range(len(self._modules)):
+            x = getattr(self, str(i))(x)
+        return x
+
+
+class FusedAttention(nn.Module):
+    """The projections of ECP, PerceiverAR and Double Attention: one fused wqkv (3·H·Dh, D)
+    without bias (rows [q heads, k heads, v heads]) and wo (D, H·Dh) with bias."""
+
+    def __init__(self, d: int, h: int, dh: int, rope_on: bool):
+        super().__init__()
+        self.h, self.dh, self.rope_on = h, dh, rope_on
+        self.wqkv = linear(d, 3 * h * dh, False)
+        self.wo = linear(h * dh, d, True)
+
+    def qkv(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """q, k, v (B, H, n, Dh) of x (B, n, D), RoPE on q and k at positions 0..n-1 when rope_on."""
+        w = self.h * self.dh
+        qkv = self.wqkv(x)
+        q, k, v = (heads(qkv[..., i * w:(i + 1) * w], self.h) for i in range(3))
+        if self.rope_on:
+            pos = torch.arange(x.shape[1])
+            q, k = rope(q, pos), rope(k, pos)
+        q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
+        return q, k, v
+
+
+class LmShell(nn.Module):
+    """embed (V, D), `body`, final LayerNorm, head (V, D) without bias, registered in this order
+    (the C++ parameter order)."""
+
+    def __init__(self, vocab: int, d: int, body: nn.Module):
+        super().__init__()
+        self.embed = Params(weight=(vocab, d))
+        self.body = body
+        self.norm = layer_norm(d)
+        self.head = Params(weight=(vocab, d))
+
+    def head_loss(self, x: Tensor, targets: Tensor) -> Tuple[Tensor, Tensor]:
+        """(mean cross-entropy of the logits against `targets`, logits = LN(x) Wᵀ)."""
+        logits = F.linear(self.norm(x), self.head.weight)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+        return loss, logits
 
 
 # --------------------------------------------------------------------------
@@ -178,23 +227,15 @@ def ecp_attention_segments(q: Tensor, k: Tensor, v: Tensor, m: int) -> Tensor:
     return torch.cat(outs, dim=2)
 
 
-class EcpAttention(nn.Module):
+class EcpAttention(FusedAttention):
     """Clean ECP attention: wqkv (3·H·Dh, D) no bias, RoPE, wo (D, H·Dh) with bias."""
 
     def __init__(self, d: int, h: int, dh: int, m: int, rope_on: bool, segments: bool = True):
-        super().__init__()
-        self.h, self.dh, self.m, self.rope_on, self.segments = h, dh, m, rope_on, segments
-        self.wqkv = Linear(d, 3 * h * dh, False)
-        self.wo = Linear(h * dh, d, True)
+        super().__init__(d, h, dh, rope_on)
+        self.m, self.segments = m, segments
 
     def forward(self, x: Tensor) -> Tensor:
-        w = self.h * self.dh
-        qkv = self.wqkv(x)
-        q, k, v = (heads(qkv[..., i * w:(i + 1) * w], self.h) for i in range(3))
-        if self.rope_on:
-            pos = torch.arange(x.shape[1])
-            q, k = rope(q, pos), rope(k, pos)
-        q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
+        q, k, v = self.qkv(x)
         attend = ecp_attention_segments if self.segments else ecp_attention_masked
         return self.wo(merge(attend(q, k, v, self.m)))
 
@@ -206,10 +247,10 @@ class EcpFaithfulAttention(nn.Module):
     def __init__(self, d: int, h: int, dh: int, m: int, rotary: bool, segments: bool = True):
         super().__init__()
         self.h, self.dh, self.m, self.rotary, self.segments = h, dh, m, rotary, segments
-        self.to_q = Linear(d, h * dh, False)
-        self.to_kv = Linear(d, h * dh, False)
-        self.to_out = Linear(h * dh, d, True)
-        self.to_out_0 = Linear(h * dh, d, True)
+        self.to_q = linear(d, h * dh, False)
+        self.to_kv = linear(d, h * dh, False)
+        self.to_out = linear(h * dh, d, True)
+        self.to_out_0 = linear(h * dh, d, True)
 
     def forward(self, x: Tensor) -> Tensor:
         q, kv = heads(self.to_q(x), self.h), heads(self.to_kv(x), self.h)
@@ -223,30 +264,14 @@ class EcpFaithfulAttention(nn.Module):
         return torch.cat([self.to_out_0(o[:, :m]), self.to_out(o[:, m:])], dim=1)
 
 
-class LanguageModel(nn.Module):
+class LanguageModel(LmShell):
     """embed → blocks → LayerNorm → head (V, D) without bias; loss over all positions."""
 
     def __init__(self, vocab: int, d: int, blocks: List[nn.Module]):
-        super().__init__()
-        self.embed = nn.Module()
-        self.embed.weight = _param(vocab, d)
-        self.body = nn.Module()
-        for i, b in enumerate(blocks):
-            self.body.add_module(str(i), b)
-        self.norm = LayerNorm(d)
-        self.head = nn.Module()
-        self.head.weight = _param(vocab, d)
-
-    def blocks(self):
-        return [getattr(self.body, str(i)) for i in range(len(self.body._modules))]
+        super().__init__(vocab, d, Blocks(blocks))
 
     def forward(self, ids: Tensor, targets: Tensor) -> Tuple[Tensor, Tensor]:
-        x = F.embedding(ids, self.embed.weight)
-        for b in self.blocks():
-            x = b(x)
-        logits = F.linear(self.norm(x), self.head.weight)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
-        return loss, logits
+        return self.head_loss(self.body(F.embedding(ids, self.embed.weight)), targets)
 
 
 def ecp(vocab: int, s: dict, layers: int, segments: bool = True) -> LanguageModel:
@@ -266,29 +291,22 @@ def ecp(vocab: int, s: dict, layers: int, segments: bool = True) -> LanguageMode
 # PerceiverAR
 # --------------------------------------------------------------------------
 
-class SelfAttention(nn.Module):
+class SelfAttention(FusedAttention):
     """Attention with fused wqkv (no bias), RoPE at positions 0.., output wo with bias; the
     queries are the last `queries` positions (all when None), each seeing keys tau <= its
     position."""
 
     def __init__(self, d: int, h: int, dh: int, rope_on: bool, queries=None):
-        super().__init__()
-        self.h, self.dh, self.rope_on, self.queries = h, dh, rope_on, queries
-        self.wqkv = Linear(d, 3 * h * dh, False)
-        self.wo = Linear(h * dh, d, True)
+        super().__init__(d, h, dh, rope_on)
+        self.queries = queries
 
     def forward(self, x: Tensor) -> Tensor:
-        n, w = x.shape[1], self.h * self.dh
-        qkv = self.wqkv(x)
-        q, k, v = (heads(qkv[..., i * w:(i + 1) * w], self.h) for i in range(3))
-        if self.rope_on:
-            pos = torch.arange(n)
-            q, k = rope(q, pos), rope(k, pos)
+        n = x.shape[1]
+        q, k, v = self.qkv(x)
         tq = n if self.queries is None else self.queries
         qpos = torch.arange(n - tq, n)
-        q = q[:, n - tq:]
+        q = q[:, :, n - tq:]
         visible = torch.arange(n)[None, :] <= qpos[:, None]
-        q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
         return self.wo(merge(softmax_attention(q, k, v, visible)))
 
 
@@ -298,7 +316,7 @@ class PerceiverCross(nn.Module):
     def __init__(self, d: int, h: int, dh: int, latents: int, f: int, rope_on: bool):
         super().__init__()
         self.latents = latents
-        self.attn_norm = LayerNorm(d)
+        self.attn_norm = layer_norm(d)
         self.attn = SelfAttention(d, h, dh, rope_on, latents)
         self.ffn = PreNorm(d, FeedForward(d, f))
 
@@ -307,31 +325,19 @@ class PerceiverCross(nn.Module):
         return self.ffn(h)
 
 
-class PerceiverAr(nn.Module):
+class PerceiverAr(LmShell):
     def __init__(self, vocab: int, s: dict, layers: int):
-        super().__init__()
-        d, h, dh, f = s["d_model"], s["heads"], s["head_dim"], s["ffn"]
-        self.latents = s["latents"]
-        self.embed = nn.Module()
-        self.embed.weight = _param(vocab, d)
-        self.body = nn.Module()  # models::PerceiverArBody: cross, latent.<i>
-        self.body.cross = PerceiverCross(d, h, dh, self.latents, f, s["rope"])
-        self.body.latent = nn.Module()
-        for i in range(layers - 1):
-            self.body.latent.add_module(str(i), Block(d, f, SelfAttention(d, h, dh, s["rope"])))
-        self.norm = LayerNorm(d)
-        self.head = nn.Module()
-        self.head.weight = _param(vocab, d)
+        d, h, dh, f, m = s["d_model"], s["heads"], s["head_dim"], s["ffn"], s["latents"]
+        body = nn.Module()  # models::PerceiverArBody: cross, latent.<i>
+        body.cross = PerceiverCross(d, h, dh, m, f, s["rope"])
+        body.latent = Blocks([Block(d, f, SelfAttention(d, h, dh, s["rope"])) for _ in range(layers - 1)])
+        super().__init__(vocab, d, body)
+        self.latents = m
 
     def forward(self, ids: Tensor, targets: Tensor) -> Tuple[Tensor, Tensor]:
         """Returns (loss over the latent targets, logits (B, M, V))."""
-        x = self.body.cross(F.embedding(ids, self.embed.weight))
-        for i in range(len(self.body.latent._modules)):
-            x = getattr(self.body.latent, str(i))(x)
-        logits = F.linear(self.norm(x), self.head.weight)
-        t = targets[:, -self.latents:]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t.reshape(-1), ignore_index=IGNORE_INDEX)
-        return loss, logits
+        x = self.body.latent(self.body.cross(F.embedding(ids, self.embed.weight)))
+        return self.head_loss(x, targets[:, -self.latents:])
 
 
 def perceiver_ar(vocab: int, s: dict, layers: int) -> PerceiverAr:
@@ -343,31 +349,24 @@ def perceiver_ar(vocab: int, s: dict, layers: int) -> PerceiverAr:
 # Double Attention / s-Split Double Attention
 # --------------------------------------------------------------------------
 
-class DoubleAttention(nn.Module):
+class DoubleAttention(FusedAttention):
     """Two attentions over one fused wqkv (no bias), RoPE at positions 0..n-1, concatenated
     along time before wo (with bias): history queries t < h = n - M see the history without a
     causal mask (split = 0: all of it; split = S: only their own segment of S), latent queries
     see every tau <= t."""
 
     def __init__(self, d: int, h: int, dh: int, latents: int, split: int, rope_on: bool):
-        super().__init__()
-        self.h, self.dh, self.latents, self.split, self.rope_on = h, dh, latents, split, rope_on
-        self.wqkv = Linear(d, 3 * h * dh, False)
-        self.wo = Linear(h * dh, d, True)
+        super().__init__(d, h, dh, rope_on)
+        self.latents, self.split = latents, split
 
     def forward(self, x: Tensor) -> Tensor:
         return self.wo(self.attend(x))
 
     def attend(self, x: Tensor) -> Tensor:
         """[history outputs ; latent outputs] (B, n, H·Dh), before wo."""
-        n, w = x.shape[1], self.h * self.dh
+        n = x.shape[1]
         hist = n - self.latents
-        qkv = self.wqkv(x)
-        q, k, v = (heads(qkv[..., i * w:(i + 1) * w], self.h) for i in range(3))
-        if self.rope_on:
-            pos = torch.arange(n)
-            q, k = rope(q, pos), rope(k, pos)
-        q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
+        q, k, v = self.qkv(x)
         t = torch.arange(n)
         outs = []
         if hist > 0:
@@ -382,32 +381,19 @@ class DoubleAttention(nn.Module):
         return merge(torch.cat(outs, dim=2))
 
 
-class DoubleAttentionAr(nn.Module):
+class DoubleAttentionAr(LmShell):
     """Blocks over all n positions, then LayerNorm + head on the last M rows; loss on the last
     M targets."""
 
     def __init__(self, vocab: int, s: dict, layers: int):
-        super().__init__()
-        d, h, dh, f = s["d_model"], s["heads"], s["head_dim"], s["ffn"]
-        self.latents = s["latents"]
-        self.embed = nn.Module()
-        self.embed.weight = _param(vocab, d)
-        self.body = nn.Module()
-        for i in range(layers):
-            attn = DoubleAttention(d, h, dh, self.latents, s["split"], s["rope"])
-            self.body.add_module(str(i), Block(d, f, attn))
-        self.norm = LayerNorm(d)
-        self.head = nn.Module()
-        self.head.weight = _param(vocab, d)
+        d, h, dh, f, m = s["d_model"], s["heads"], s["head_dim"], s["ffn"], s["latents"]
+        super().__init__(vocab, d, Blocks([Block(d, f, DoubleAttention(d, h, dh, m, s["split"], s["rope"]))
+                                           for _ in range(layers)]))
+        self.latents = m
 
     def forward(self, ids: Tensor, targets: Tensor) -> Tuple[Tensor, Tensor]:
-        x = F.embedding(ids, self.embed.weight)
-        for i in range(len(self.body._modules)):
-            x = getattr(self.body, str(i))(x)
-        logits = F.linear(self.norm(x[:, -self.latents:]), self.head.weight)
-        t = targets[:, -self.latents:]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t.reshape(-1), ignore_index=IGNORE_INDEX)
-        return loss, logits
+        x = self.body(F.embedding(ids, self.embed.weight))
+        return self.head_loss(x[:, -self.latents:], targets[:, -self.latents:])
 
 
 def double_attention_ar(vocab: int, s: dict, layers: int) -> DoubleAttentionAr:
@@ -423,9 +409,9 @@ class CompressedFirst(nn.Module):
     def __init__(self, d: int, h: int, dh: int, latents: int, f: int, history: int, compressed: int, rope_on: bool):
         super().__init__()
         self.latents, self.history = latents, history
-        self.attn_norm = LayerNorm(d)
+        self.attn_norm = layer_norm(d)
         self.attn = DoubleAttention(d, h, dh, latents, 0, rope_on)
-        self.compress = Linear(history, compressed, True)
+        self.compress = linear(history, compressed, True)
         self.ffn = PreNorm(d, FeedForward(d, f))
 
     def along_time(self, t: Tensor) -> Tensor:
@@ -440,34 +426,22 @@ class CompressedFirst(nn.Module):
         return self.ffn(xc + self.attn.wo(oc))
 
 
-class CompressedDoubleAttentionAr(nn.Module):
+class CompressedDoubleAttentionAr(LmShell):
     """Layer 1 compresses the history h → c; later layers are Double Attention over c + M rows;
     LayerNorm + head on the last M rows; loss on the last M targets."""
 
     def __init__(self, vocab: int, s: dict, layers: int):
-        super().__init__()
         d, h, dh, f, m = s["d_model"], s["heads"], s["head_dim"], s["ffn"], s["latents"]
         c = s["compressed"] or s["history"] // 4
+        body = nn.Module()  # models::CompressedDoubleBody: first, layers.<i>
+        body.first = CompressedFirst(d, h, dh, m, f, s["history"], c, s["rope"])
+        body.layers = Blocks([Block(d, f, DoubleAttention(d, h, dh, m, 0, s["rope"])) for _ in range(layers - 1)])
+        super().__init__(vocab, d, body)
         self.latents = m
-        self.embed = nn.Module()
-        self.embed.weight = _param(vocab, d)
-        self.body = nn.Module()  # models::CompressedDoubleBody: first, layers.<i>
-        self.body.first = CompressedFirst(d, h, dh, m, f, s["history"], c, s["rope"])
-        self.body.layers = nn.Module()
-        for i in range(layers - 1):
-            self.body.layers.add_module(str(i), Block(d, f, DoubleAttention(d, h, dh, m, 0, s["rope"])))
-        self.norm = LayerNorm(d)
-        self.head = nn.Module()
-        self.head.weight = _param(vocab, d)
 
     def forward(self, ids: Tensor, targets: Tensor) -> Tuple[Tensor, Tensor]:
-        x = self.body.first(F.embedding(ids, self.embed.weight))
-        for i in range(len(self.body.layers._modules)):
-            x = getattr(self.body.layers, str(i))(x)
-        logits = F.linear(self.norm(x[:, -self.latents:]), self.head.weight)
-        t = targets[:, -self.latents:]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), t.reshape(-1), ignore_index=IGNORE_INDEX)
-        return loss, logits
+        x = self.body.layers(self.body.first(F.embedding(ids, self.embed.weight)))
+        return self.head_loss(x[:, -self.latents:], targets[:, -self.latents:])
 
 
 def compressed_double_attention_ar(vocab: int, s: dict, layers: int) -> CompressedDoubleAttentionAr:

@@ -143,34 +143,20 @@ def build_case(name: str, seed: int, cfg: dict):
     grad_output = randn(g, *output_shape(cfg))
     res = forward_backward(x, params, grad_output, cfg)
     assert tuple(res["output"].shape) == output_shape(cfg)
-
-    def f32(t):
-        return t.detach().to(torch.float32).contiguous()
-
-    tensors: Dict[str, torch.Tensor] = {"input": f32(x)}
-    for k, v in params.items():
-        tensors["params/" + k] = f32(v)
-    tensors["grad_output"] = f32(grad_output)
-    for k, v in res.items():
-        tensors[k] = f32(v)
-    return tensors, cfg
+    return make_golden.layer_tensors(x, params, grad_output, res), cfg
 
 
 def write_case(outdir: str, name: str, seed: int, cfg: dict) -> str:
     tensors, cfg = build_case(name, seed, cfg)
     case = PREFIX + name
-    path, size = make_golden.write_golden(outdir, case, GENERATOR, tensors, cfg)
+    path, size = make_golden.write_described(outdir, case, GENERATOR, tensors, cfg)
     assert size < 40 * 1024, (path, size)
-    desc = " ".join(f"{k}{list(v.shape)}" for k, v in sorted(tensors.items()))
-    print(f"{case}.safetensors: {size} B, {len(tensors)} tensors: {desc}")
     return path
 
 
 def write_attention_goldens(outdir: str) -> List[str]:
     """Write every attn_<case>.safetensors into outdir; returns the paths."""
-    os.makedirs(outdir, exist_ok=True)
-    with make_golden.single_threaded():
-        return [write_case(outdir, name, seed, cfg) for name, seed, cfg in CASES]
+    return make_golden.write_cases(outdir, write_case, CASES)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ to 1e-12 before a file is written.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Callable, Dict, List, Tuple
@@ -45,10 +44,9 @@ if HERE not in sys.path:
 
 import ecp_models  # noqa: E402
 import make_golden  # noqa: E402
-from make_golden import randn  # noqa: E402
+from make_golden import lm_forward_backward, randn  # noqa: E402
 
 GENERATOR = "tests/reference/golden_ecp.py"
-F64 = torch.float64
 VOCAB, BATCH, TIME, LAYERS = 11, 2, 12, 2
 
 ECP_TINY = dict(d_model=8, heads=2, head_dim=4, segment=4, ffn=32, rope=True, faithful=False)
@@ -108,11 +106,11 @@ def draw_parameters(model: torch.nn.Module, g: torch.Generator) -> Dict[str, tor
     for name, m in model.named_modules():
         own = dict(m.named_parameters(recurse=False))
         prefix = name + "." if name else ""
-        if isinstance(m, ecp_models.Linear):
+        if isinstance(m, torch.nn.Linear):
             values[prefix + "weight"] = randn(g, *m.weight.shape, std=m.weight.shape[1] ** -0.5)
             if m.bias is not None:
                 values[prefix + "bias"] = randn(g, *m.bias.shape, std=0.1)
-        elif isinstance(m, ecp_models.LayerNorm):
+        elif isinstance(m, torch.nn.LayerNorm):
             values[prefix + "weight"] = randn(g, *m.weight.shape, std=0.1, mean=1.0)
             values[prefix + "bias"] = randn(g, *m.bias.shape, std=0.1)
         elif name == "embed":
@@ -125,71 +123,30 @@ def draw_parameters(model: torch.nn.Module, g: torch.Generator) -> Dict[str, tor
     return values
 
 
-def draw_tokens(g: torch.Generator, ignored):
-    ids = torch.randint(0, VOCAB, (BATCH, TIME), generator=g, dtype=torch.int64)
-    targets = torch.randint(0, VOCAB, (BATCH, TIME), generator=g, dtype=torch.int64)
-    ids[1, 4] = ids[0, 0]  # a repeated id: embedding gradients accumulate
-    for b, t in ignored:
-        targets[b, t] = ecp_models.IGNORE_INDEX
-    return ids, targets
-
-
-def forward_backward(model: torch.nn.Module, values: Dict[str, torch.Tensor], ids, targets):
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for k, v in values.items():
-            params[k].copy_(v)
-    loss, logits = model(ids, targets)
-    grads = torch.autograd.grad(loss, list(params.values()))
-    return loss.detach(), logits.detach(), dict(zip(params.keys(), grads))
-
-
 def build_case(name: str, seed: int, builder: Callable, ignored):
     g = torch.Generator().manual_seed(seed)
     model, cfg = builder()
     values = draw_parameters(model, g)
-    ids, targets = draw_tokens(g, ignored)
-    loss, logits, grads = forward_backward(model, values, ids, targets)
+    ids, targets = make_golden.lm_tokens(g, VOCAB, BATCH, TIME, ignored, ecp_models.IGNORE_INDEX)
+    loss, logits, grads = lm_forward_backward(model, values, ids, targets)
     if cfg["model"] == "Ecp":  # the second way: the explicit (n, n) mask
-        loss2, logits2, grads2 = forward_backward(builder(segments=False)[0], values, ids, targets)
+        loss2, logits2, grads2 = lm_forward_backward(builder(segments=False)[0], values, ids, targets)
         assert abs(loss - loss2) <= 1e-12 and (logits - logits2).abs().max() <= 1e-12, name
         assert all((grads[k] - grads2[k]).abs().max() <= 1e-12 for k in grads), name
 
-    def f32(t):
-        return t.detach().to(torch.float32).contiguous()
-
-    tensors: Dict[str, torch.Tensor] = {"input": ids.contiguous(), "targets": targets.contiguous(),
-                                        "output": f32(loss), "logits": f32(logits)}
-    for k, v in values.items():
-        tensors["params/" + k] = f32(v)
-        tensors["grads/" + k] = f32(grads[k])
+    tensors = make_golden.lm_tensors(ids, targets, loss, logits, values, grads)
     cfg = dict(cfg, vocab=VOCAB, input_shape=[BATCH, TIME], ignore_index=ecp_models.IGNORE_INDEX, reduction="mean",
                layernorm_eps=ecp_models.LN_EPS, rope_base=ecp_models.ROPE_BASE, rope="rotate_half", seed=seed)
     return tensors, cfg
 
 
-def write_case(outdir: str, name: str, seed: int, builder: Callable, ignored) -> str:
-    tensors, cfg = build_case(name, seed, builder, ignored)
-    path, size = make_golden.write_golden(outdir, name, GENERATOR, tensors, cfg)
-    n_params = sum(1 for k in tensors if k.startswith("params/"))
-    print(f"{name}.safetensors: {size} B, {n_params} parameters, loss {tensors['output'].item():.6f}")
-    return path
+write_case = make_golden.case_writer(GENERATOR, build_case, make_golden.write_lm_golden)
 
 
 def write_ecp_goldens(outdir: str) -> List[str]:
     """Writes every ECP-family golden into `outdir`; returns their paths."""
-    os.makedirs(outdir, exist_ok=True)
-    with make_golden.single_threaded():
-        return [write_case(outdir, *case) for case in CASES]
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=os.path.join("tests", "golden"), help="output directory (default: tests/golden)")
-    args = ap.parse_args(argv)
-    write_ecp_goldens(args.out)
-    return 0
+    return make_golden.write_cases(outdir, write_case, CASES)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(make_golden.generator_main(__doc__, write_ecp_goldens))

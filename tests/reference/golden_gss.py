@@ -15,7 +15,6 @@ Before writing, each case's FFT-form output is checked against the plain recurre
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Dict, List, Tuple
@@ -31,7 +30,6 @@ import make_golden  # noqa: E402
 from make_golden import bias, gain, randn, weight  # noqa: E402
 
 GENERATOR = "tests/reference/golden_gss.py"
-F64 = torch.float64
 
 # E, F, H, N of every case: all different, none a multiple of the C++ 8-lane mode loop.
 D_MODEL, D_GATE, D_SSM, D_STATE = 6, 8, 5, 4
@@ -79,15 +77,8 @@ def build_case(name: str, seed: int, batch: int, time: int) -> Tuple[Dict[str, t
         assert err < 1e-12, f"{name}: FFT form and recurrence differ by {err:.3e} (relative)"
     grad_output = randn(g, *out.shape)
     (out * grad_output).sum().backward()
-
-    def f32(t: torch.Tensor) -> torch.Tensor:
-        return t.detach().to(torch.float32).contiguous()
-
-    tensors: Dict[str, torch.Tensor] = {"input": f32(x), "output": f32(out), "grad_output": f32(grad_output),
-                                        "grad_input": f32(xg.grad)}
-    for k in params:
-        tensors["params/" + k] = f32(params[k])
-        tensors["grads/" + k] = f32(pg[k].grad)
+    res = dict({"output": out, "grad_input": xg.grad}, **{"grads/" + k: pg[k].grad for k in params})
+    tensors = make_golden.layer_tensors(x, params, grad_output, res)
     cfg = {
         "input_shape": [batch, time, D_MODEL],
         "d_model": D_MODEL,
@@ -107,24 +98,8 @@ def build_case(name: str, seed: int, batch: int, time: int) -> Tuple[Dict[str, t
 
 def write_gss_goldens(outdir: str) -> List[str]:
     """Writes every GSS golden into `outdir`; returns the paths."""
-    os.makedirs(outdir, exist_ok=True)
-    paths = []
-    with make_golden.single_threaded():
-        for name, seed, batch, time in CASES:
-            tensors, cfg = build_case(name, seed, batch, time)
-            path, size = make_golden.write_golden(outdir, name, GENERATOR, tensors, cfg)
-            print(f"{name}.safetensors: {size} B, {len(tensors)} tensors")
-            paths.append(path)
-    return paths
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=os.path.join("tests", "golden"), help="output directory (default: tests/golden)")
-    args = ap.parse_args(argv)
-    write_gss_goldens(args.out)
-    return 0
+    return make_golden.write_cases(outdir, make_golden.case_writer(GENERATOR, build_case), CASES)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(make_golden.generator_main(__doc__, write_gss_goldens))

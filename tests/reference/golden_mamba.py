@@ -25,7 +25,6 @@ Two sources of truth:
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Dict, List, Tuple
@@ -169,16 +168,7 @@ def build_case(name: str, seed: int, shape: str, batch: int, time: int, source: 
         assert rel < 1e-5, f"{name}: MambaMixer and the plain reference differ by {rel:.2e} (relative)"
         cfg = dict(cfg, transformers=transformers.__version__, reference_max_rel_diff=f"{rel:.3e}")
     cfg = dict(cfg, seed=seed, source=source)
-
-    def f32(t):
-        return t.detach().to(torch.float32).contiguous()
-
-    tensors = {"input": f32(x), "grad_output": f32(grad_output)}
-    for k, v in params.items():
-        tensors["params/" + k] = f32(v)
-    for k, v in res.items():
-        tensors[k] = f32(v)
-    return tensors, cfg
+    return make_golden.layer_tensors(x, params, grad_output, res), cfg
 
 
 def write_case(outdir: str, name: str, seed: int, shape: str, batch: int, time: int, source: str) -> str:
@@ -207,13 +197,5 @@ def write_mamba_goldens(outdir: str) -> List[str]:
     return paths
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=os.path.join("tests", "golden"))
-    args = ap.parse_args(argv)
-    write_mamba_goldens(args.out)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(make_golden.generator_main(__doc__, write_mamba_goldens))

@@ -52,7 +52,6 @@ to float32 even in a float64 model, hence the 1e-5 relative bound, not 1e-12).
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -68,11 +67,12 @@ if HERE not in sys.path:
 import dropout  # noqa: E402
 import make_golden  # noqa: E402
 import models  # noqa: E402
-from make_golden import f32_round, randn  # noqa: E402
+from make_golden import f32_round, lm_forward_backward, randn  # noqa: E402
 
 GENERATOR = "tests/reference/golden_models.py"
 F64 = torch.float64
 VOCAB, BATCH, TIME = 11, 2, 9
+IGNORED = [(0, 2), (1, 6)]  # (b, t) of the two ignored targets
 
 PHA_TINY = dict(d_model=8, heads=2, kv_heads=1, head_dim=4, gss_gate=16, gss_ssm=6, gss_state=4,
                 ffn_primary=16, ffn_auxiliary=8)
@@ -207,26 +207,6 @@ def draw_parameters(model: torch.nn.Module, g: torch.Generator) -> Dict[str, tor
     return values
 
 
-def draw_tokens(g: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.randint(0, VOCAB, (BATCH, TIME), generator=g, dtype=torch.int64)
-    targets = torch.randint(0, VOCAB, (BATCH, TIME), generator=g, dtype=torch.int64)
-    ids[1, 4] = ids[0, 0]  # a repeated id: embedding gradients accumulate
-    targets[0, 2] = models.IGNORE_INDEX
-    targets[1, 6] = models.IGNORE_INDEX
-    return ids, targets
-
-
-def forward_backward(model: torch.nn.Module, values: Dict[str, torch.Tensor], ids, targets):
-    """float64 loss, logits and d loss / d every parameter (autograd)."""
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for k, v in values.items():
-            params[k].copy_(v)
-    loss, logits = model(ids, targets)
-    grads = torch.autograd.grad(loss, list(params.values()))
-    return loss.detach(), logits.detach(), dict(zip(params.keys(), grads))
-
-
 # --------------------------------------------------------------------------
 # Tied embeddings: cross-check against the untied model with head.weight := E
 # --------------------------------------------------------------------------
@@ -238,7 +218,7 @@ def tied_check(untied_builder: Callable, values: Dict[str, torch.Tensor], ids, t
     model = untied_builder()[0].to(F64)
     assert "head.weight" not in values
     untied_values = dict(values, **{"head.weight": values["embed.weight"].clone()})
-    u_loss, u_logits, u_grads = forward_backward(model, untied_values, ids, targets)
+    u_loss, u_logits, u_grads = lm_forward_backward(model, untied_values, ids, targets)
     d_loss = abs(u_loss.item() - loss.item())
     d_logits = (u_logits - logits).abs().max().item()
     d_grad = 0.0
@@ -312,9 +292,9 @@ def hf_mamba_check(values: Dict[str, torch.Tensor], ids, targets, loss, logits, 
 def dropout_check(model, values, ids, targets, loss) -> None:
     """The training pass must differ from the plain forward (the masks drop something) and be
     reproducible (same seed and pass, same masks)."""
-    plain = forward_backward(model, values, ids, targets)[0]
+    plain = lm_forward_backward(model, values, ids, targets)[0]
     with dropout.training_pass(DROPOUT_PASS["seed"], DROPOUT_PASS["pass_"]):
-        again = forward_backward(model, values, ids, targets)[0]
+        again = lm_forward_backward(model, values, ids, targets)[0]
     print(f"  dropout: training-pass loss {loss.item():.6f}, without dropout {plain.item():.6f}")
     assert abs(loss.item() - plain.item()) > 1e-3 and again.item() == loss.item()
 
@@ -324,39 +304,27 @@ def build_case(name: str, seed: int, builder: Callable):
     model, cfg = builder()
     model = model.to(F64)
     values = draw_parameters(model, g)
-    ids, targets = draw_tokens(g)
+    ids, targets = make_golden.lm_tokens(g, VOCAB, BATCH, TIME, IGNORED, models.IGNORE_INDEX)
     if "dropout_pass" in cfg:
         with dropout.training_pass(cfg["dropout_pass"]["seed"], cfg["dropout_pass"]["pass_"]):
-            loss, _, grads = forward_backward(model, values, ids, targets)
-        logits = forward_backward(model, values, ids, targets)[1]
+            loss, _, grads = lm_forward_backward(model, values, ids, targets)
+        logits = lm_forward_backward(model, values, ids, targets)[1]
         dropout_check(model, values, ids, targets, loss)
     else:
-        loss, logits, grads = forward_backward(model, values, ids, targets)
+        loss, logits, grads = lm_forward_backward(model, values, ids, targets)
     if name == "model_mamba_lm":
         hf_mamba_check(values, ids, targets, loss, logits, grads)
     if name in UNTIED:
         tied_check(UNTIED[name], values, ids, targets, loss, logits, grads)
 
-    def f32(t):
-        return t.detach().to(torch.float32).contiguous()
-
-    tensors: Dict[str, torch.Tensor] = {"input": ids.contiguous(), "targets": targets.contiguous(),
-                                        "output": f32(loss), "logits": f32(logits)}
-    for k, v in values.items():
-        tensors["params/" + k] = f32(v)
-        tensors["grads/" + k] = f32(grads[k])
+    tensors = make_golden.lm_tensors(ids, targets, loss, logits, values, grads)
     cfg = dict(cfg, vocab=VOCAB, input_shape=[BATCH, TIME], ignore_index=models.IGNORE_INDEX, reduction="mean",
                rms_eps=models.RMS_EPS, layernorm_eps=models.LN_EPS, gss_eps=models.GSS_EPS,
                rope_base=models.ROPE_BASE, seed=seed)
     return tensors, cfg
 
 
-def write_case(outdir: str, name: str, seed: int, builder: Callable) -> str:
-    tensors, cfg = build_case(name, seed, builder)
-    path, size = make_golden.write_golden(outdir, name, GENERATOR, tensors, cfg)
-    n_params = sum(1 for k in tensors if k.startswith("params/"))
-    print(f"{name}.safetensors: {size} B, {n_params} parameters, loss {tensors['output'].item():.6f}")
-    return path
+write_case = make_golden.case_writer(GENERATOR, build_case, make_golden.write_lm_golden)
 
 
 def write_model_goldens(outdir: str, only: Optional[List[str]] = None) -> List[str]:
@@ -365,16 +333,12 @@ def write_model_goldens(outdir: str, only: Optional[List[str]] = None) -> List[s
     unknown = set(only or []) - names
     if unknown:
         raise SystemExit(f"unknown model golden(s) {sorted(unknown)}; known: {sorted(names)}")
-    os.makedirs(outdir, exist_ok=True)
-    with make_golden.single_threaded():
-        return [write_case(outdir, *case) for case in CASES if only is None or case[0] in only]
+    return make_golden.write_cases(outdir, write_case, [case for case in CASES if only is None or case[0] in only])
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=os.path.join("tests", "golden"), help="output directory (default: tests/golden)")
-    ap.add_argument("--only", nargs="+", metavar="NAME", help="write only these cases (e.g. model_pha_tied)")
-    args = ap.parse_args(argv)
+    args = make_golden.out_dir(__doc__, argv, lambda ap: ap.add_argument(
+        "--only", nargs="+", metavar="NAME", help="write only these cases (e.g. model_pha_tied)"))
     write_model_goldens(args.out, args.only)
     return 0
 

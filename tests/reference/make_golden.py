@@ -263,6 +263,115 @@ def write_golden(outdir: str, case: str, generator: str, tensors: Dict[str, torc
     return path, len(blob)
 
 
+def f32(t: torch.Tensor) -> torch.Tensor:
+    """A result as it is stored: detached, float32, contiguous."""
+    return t.detach().to(torch.float32).contiguous()
+
+
+def layer_tensors(x: torch.Tensor, params: Dict[str, torch.Tensor], grad_output: Optional[torch.Tensor],
+                  res: Dict[str, torch.Tensor], targets: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
+    """The stored tensors of a layer or branch case: input (F32, or I64 ids as they are), targets
+    (I64), params/<name>, grad_output (when given) and every result (output, grad_input,
+    grads/<name>, ...) under its own name."""
+    tensors: Dict[str, torch.Tensor] = {"input": f32(x) if x.is_floating_point() else x.contiguous()}
+    if targets is not None:
+        tensors["targets"] = targets.to(torch.int64).contiguous()
+    for k, v in params.items():
+        tensors["params/" + k] = f32(v)
+    if grad_output is not None:
+        tensors["grad_output"] = f32(grad_output)
+    for k, v in res.items():
+        tensors[k] = f32(v)
+    return tensors
+
+
+def write_cases(outdir: str, write_case: Callable[..., str], cases) -> List[str]:
+    """``write_case(outdir, *case)`` for every case, single-threaded; returns the paths."""
+    os.makedirs(outdir, exist_ok=True)
+    with single_threaded():
+        return [write_case(outdir, *case) for case in cases]
+
+
+def case_writer(generator: str, build_case: Callable, write: Optional[Callable] = None) -> Callable[..., str]:
+    """``write_case(outdir, name, *args)``: writes ``build_case(name, *args)`` (tensors, config) as
+    ``<outdir>/<name>.safetensors`` with `write` (write_described unless given); returns the path."""
+    def write_case(outdir: str, name: str, *args) -> str:
+        tensors, cfg = build_case(name, *args)
+        return (write or write_described)(outdir, name, generator, tensors, cfg)[0]
+    return write_case
+
+
+def out_dir(doc: str, argv=None, extra: Callable[[argparse.ArgumentParser], None] = lambda ap: None):
+    """The command line of a golden generator: ``--out DIR`` (default tests/golden), plus the
+    options `extra` adds; described by the first paragraph of `doc`. Returns the parsed args."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--out", default=os.path.join("tests", "golden"), help="output directory (default: tests/golden)")
+    extra(ap)
+    return ap.parse_args(argv)
+
+
+def generator_main(doc: str, write_goldens: Callable[[str], object], argv=None) -> int:
+    """main() of a generator module: ``write_goldens(--out)``."""
+    write_goldens(out_dir(doc, argv).out)
+    return 0
+
+
+def write_described(outdir: str, case: str, generator: str, tensors: Dict[str, torch.Tensor], cfg: dict) -> Tuple[str, int]:
+    """write_golden, then prints the file's size and every tensor's name and shape."""
+    path, size = write_golden(outdir, case, generator, tensors, cfg)
+    desc = " ".join(f"{k}{list(v.shape)}" for k, v in sorted(tensors.items()))
+    print(f"{case}.safetensors: {size} B, {len(tensors)} tensors: {desc}")
+    return path, size
+
+
+# --------------------------------------------------------------------------
+# Language-model goldens (golden_models.py, golden_ecp.py): ids and targets in, mean CE out
+# --------------------------------------------------------------------------
+
+def lm_tokens(g: torch.Generator, vocab: int, batch: int, time: int, ignored: List[Tuple[int, int]],
+              ignore_index: int = -100) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) ids and targets; ids[1, 4] repeats ids[0, 0] and the `ignored` (b, t) targets are
+    `ignore_index`."""
+    ids = torch.randint(0, vocab, (batch, time), generator=g, dtype=torch.int64)
+    targets = torch.randint(0, vocab, (batch, time), generator=g, dtype=torch.int64)
+    ids[1, 4] = ids[0, 0]  # a repeated id: embedding gradients accumulate
+    for b, t in ignored:
+        targets[b, t] = ignore_index
+    return ids, targets
+
+
+def lm_forward_backward(model: torch.nn.Module, values: Dict[str, torch.Tensor], ids, targets):
+    """Sets the model's parameters to `values`, runs ``loss, logits = model(ids, targets)`` and
+    returns the loss, the logits and d loss / d every parameter (autograd)."""
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for k, v in values.items():
+            params[k].copy_(v)
+    loss, logits = model(ids, targets)
+    grads = torch.autograd.grad(loss, list(params.values()))
+    return loss.detach(), logits.detach(), dict(zip(params.keys(), grads))
+
+
+def lm_tensors(ids, targets, loss, logits, values: Dict[str, torch.Tensor],
+               grads: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """input and targets (I64), output (the loss) and logits, params/<name> and grads/<name>."""
+    tensors: Dict[str, torch.Tensor] = {"input": ids.contiguous(), "targets": targets.contiguous(),
+                                        "output": f32(loss), "logits": f32(logits)}
+    for k, v in values.items():
+        tensors["params/" + k] = f32(v)
+        tensors["grads/" + k] = f32(grads[k])
+    return tensors
+
+
+def write_lm_golden(outdir: str, case: str, generator: str, tensors: Dict[str, torch.Tensor],
+                    cfg: dict) -> Tuple[str, int]:
+    """write_golden, then prints the file's size, its parameter count and the loss."""
+    path, size = write_golden(outdir, case, generator, tensors, cfg)
+    n_params = sum(1 for k in tensors if k.startswith("params/"))
+    print(f"{case}.safetensors: {size} B, {n_params} parameters, loss {tensors['output'].item():.6f}")
+    return path, size
+
+
 class single_threaded:
     """``with single_threaded():`` — torch on one thread, so float64 reductions keep their order."""
 
@@ -285,37 +394,14 @@ def build_case(name: str, seed: int, builder: Callable) -> Tuple[Dict[str, torch
         out_shape = layers.forward_case(name, cfg, x, params, targets)["output"].shape
         grad_output = randn(g, *out_shape)
     res = layers.forward_backward(layers.forward_case, name, cfg, x, params, grad_output, targets)
-
-    def f32(t):
-        return t.detach().to(torch.float32).contiguous()
-
-    tensors: Dict[str, torch.Tensor] = {}
-    tensors["input"] = x.contiguous() if not x.is_floating_point() else f32(x)
-    if targets is not None:
-        tensors["targets"] = targets.to(torch.int64).contiguous()
-    for k, v in params.items():
-        tensors["params/" + k] = f32(v)
-    if grad_output is not None:
-        tensors["grad_output"] = f32(grad_output)
-    for k, v in res.items():
-        tensors[k] = f32(v)
-    return tensors, cfg
+    return layer_tensors(x, params, grad_output, res, targets), cfg
 
 
-def write_case(outdir: str, name: str, seed: int, builder: Callable) -> str:
-    tensors, cfg = build_case(name, seed, builder)
-    path, size = write_golden(outdir, name, GENERATOR, tensors, cfg)
-    desc = " ".join(f"{k}{list(v.shape)}" for k, v in sorted(tensors.items()))
-    print(f"{name}.safetensors: {size} B, {len(tensors)} tensors: {desc}")
-    return path
+write_case = case_writer(GENERATOR, build_case)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=os.path.join("tests", "golden"),
-                    help="output directory (default: tests/golden)")
-    args = ap.parse_args(argv)
-    out = args.out
+    out = out_dir(__doc__, argv).out
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(1)  # keep float64 reductions order-stable
 

@@ -51,18 +51,14 @@ import dropout  # noqa: E402
 import gss as gss_ref  # noqa: E402
 import layers  # noqa: E402
 import mamba as mamba_ref  # noqa: E402
+from params import Params, param as _param  # noqa: E402
 
-F64 = torch.float64
 RMS_EPS = 1e-6
 LN_EPS = 1e-5
 GSS_EPS = 1e-5
 ROPE_BASE = 10000.0
 IGNORE_INDEX = -100
 NO_DROPOUT = dict(embed=0.0, output=0.0, attention=0.0)
-
-
-def _param(*shape: int) -> nn.Parameter:
-    return nn.Parameter(torch.zeros(*shape, dtype=F64))
 
 
 def _own(module: nn.Module) -> Dict[str, Tensor]:
@@ -75,34 +71,29 @@ def _own(module: nn.Module) -> Dict[str, Tensor]:
 # Leaves
 # --------------------------------------------------------------------------
 
-class Linear(nn.Module):
+class Linear(Params):
     """y = x Wᵀ + b, W (out, in)."""
 
     def __init__(self, d_in: int, d_out: int, bias: bool):
-        super().__init__()
-        self.weight = _param(d_out, d_in)
-        self.bias = _param(d_out) if bias else None
+        super().__init__(weight=(d_out, d_in), bias=(d_out,) if bias else None)
 
     def forward(self, x: Tensor) -> Tensor:
         return layers.linear(x, self.weight, self.bias)
 
 
-class RMSNorm(nn.Module):
+class RMSNorm(Params):
     def __init__(self, d: int, eps: float = RMS_EPS):
-        super().__init__()
+        super().__init__(weight=(d,))
         self.eps = eps
-        self.weight = _param(d)
 
     def forward(self, x: Tensor) -> Tensor:
         return layers.rms_norm(x, self.weight, self.eps)
 
 
-class LayerNorm(nn.Module):
+class LayerNorm(Params):
     def __init__(self, d: int, eps: float = LN_EPS):
-        super().__init__()
+        super().__init__(weight=(d,), bias=(d,))
         self.eps = eps
-        self.weight = _param(d)
-        self.bias = _param(d)
 
     def forward(self, x: Tensor) -> Tensor:
         return layers.layer_norm(x, self.weight, self.bias, self.eps)
@@ -113,33 +104,22 @@ class Identity(nn.Module):
         return x
 
 
-class Embedding(nn.Module):
+class Embedding(Params):
     def __init__(self, vocab: int, d: int):
-        super().__init__()
-        self.weight = _param(vocab, d)
+        super().__init__(weight=(vocab, d))
 
     def forward(self, ids: Tensor) -> Tensor:
         return layers.embedding(ids, self.weight)
 
 
-class LmHead(nn.Module):
+class LmHead(Params):
     """LmHeadLoss: logits = y Wᵀ, W (V, D); mean CE over targets ≠ ignore_index."""
 
     def __init__(self, d: int, vocab: int):
-        super().__init__()
-        self.weight = _param(vocab, d)
+        super().__init__(weight=(vocab, d))
 
     def forward(self, y: Tensor, targets: Tensor):
         return layers.lm_head_ce(y, self.weight, targets, IGNORE_INDEX)
-
-
-class _Holder(nn.Module):
-    """A bare parameter container (e.g. Mamba's conv1d / dt_proj: weight and bias)."""
-
-    def __init__(self, **shapes):
-        super().__init__()
-        for name, shape in shapes.items():
-            setattr(self, name, _param(*shape))
 
 
 # --------------------------------------------------------------------------
@@ -221,10 +201,9 @@ class Mamba(nn.Module):
         self.cfg = dict(d_model=d_model, d_state=d_state, expand=expand, d_conv=d_conv, dt_rank=r,
                         conv_bias=conv_bias, bias=bias, d_inner=di)
         self.in_proj = Linear(d_model, 2 * di, bias)
-        self.conv1d = _Holder(**({"weight": (di, 1, d_conv), "bias": (di,)} if conv_bias
-                                 else {"weight": (di, 1, d_conv)}))
+        self.conv1d = Params(weight=(di, 1, d_conv), bias=(di,) if conv_bias else None)
         self.x_proj = Linear(di, r + 2 * d_state, False)
-        self.dt_proj = _Holder(weight=(di, r), bias=(di,))
+        self.dt_proj = Params(weight=(di, r), bias=(di,))
         self.A_log = _param(di, d_state)
         self.D = _param(di)
         self.out_proj = Linear(di, d_model, bias)
@@ -300,29 +279,33 @@ class ParallelBlock(Indexed):
         return self.mixer([b(x) if isinstance(b, Identity) else dropout.drop(b(x), self.p) for b in self.items()])
 
 
-class PreNormResidual(nn.Module):
+class _Residual(nn.Module):
+    """α on the skip path, dropout p on the block output, and the children ("norm", "block") in
+    the order given (the C++ member order)."""
+
+    def __init__(self, alpha: float, p: float, **children: nn.Module):
+        super().__init__()
+        self.alpha = alpha
+        self.p = p
+        for name, child in children.items():
+            self.add_module(name, child)
+
+
+class PreNormResidual(_Residual):
     """compose::PreNormResidual: y = α·x + block(norm(x)); children "norm", "block"."""
 
     def __init__(self, block: nn.Module, norm: nn.Module, alpha: float = 1.0, p: float = 0.0):
-        super().__init__()
-        self.alpha = alpha
-        self.norm = norm
-        self.block = block
-        self.p = p
+        super().__init__(alpha, p, norm=norm, block=block)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.alpha * x + dropout.drop(self.block(self.norm(x)), self.p)
 
 
-class DeepNorm(nn.Module):
+class DeepNorm(_Residual):
     """compose::DeepNorm: y = norm(α·x + block(x)); children "block", "norm"."""
 
     def __init__(self, block: nn.Module, norm: nn.Module, alpha: float, p: float = 0.0):
-        super().__init__()
-        self.alpha = alpha
-        self.block = block
-        self.norm = norm
-        self.p = p
+        super().__init__(alpha, p, block=block, norm=norm)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.norm(self.alpha * x + dropout.drop(self.block(x), self.p))
