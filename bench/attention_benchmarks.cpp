@@ -123,7 +123,7 @@ void branch_fwd_bwd(benchmark::State& state) {
   }
   state.counters["peak_workspace_bytes"] = double(ws.peak_bytes());
   state.counters["peak_bytes_per_token"] = double(ws.peak_bytes()) / double(t);
-  state.counters["tokens/s"] = benchmark::Counter(double(t), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] = per_second(double(t));
 }
 
 template <class Scheme, class Space>
@@ -141,7 +141,7 @@ void branch_step(benchmark::State& state) {
     layer.truncate(cache, t);  // every step decodes position t against a cache of t tokens
     Space().fence();
   }
-  state.counters["tokens/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] = per_second(1.0);
 }
 
 template <class Space>
@@ -152,22 +152,18 @@ void register_space() {
     b->ArgName("T")->Unit(benchmark::kMillisecond)->UseManualTime();
   };
   // Full causal first: the other schemes' time_vs_full divide by its time from this run.
-  benchmark::RegisterBenchmark(("attention_fwd/causal" + sfx).c_str(), kernel_benchmark<att::Causal, Space, false>)
-      ->Apply(lengths);
-  benchmark::RegisterBenchmark(("attention_fwd/sliding_window:256" + sfx).c_str(),
-                               kernel_benchmark<att::SlidingWindow<256>, Space, false>)
-      ->Apply(lengths);
-  benchmark::RegisterBenchmark(("attention_fwd/ecp:256" + sfx).c_str(),
-                               kernel_benchmark<att::EcpPairs<256>, Space, false>)
-      ->Apply(lengths);
-  benchmark::RegisterBenchmark(("attention_bwd/causal" + sfx).c_str(), kernel_benchmark<att::Causal, Space, true>)
-      ->Apply(lengths);
-  benchmark::RegisterBenchmark(("attention_bwd/sliding_window:256" + sfx).c_str(),
-                               kernel_benchmark<att::SlidingWindow<256>, Space, true>)
-      ->Apply(lengths);
-  benchmark::RegisterBenchmark(("attention_bwd/ecp:256" + sfx).c_str(),
-                               kernel_benchmark<att::EcpPairs<256>, Space, true>)
-      ->Apply(lengths);
+  const auto kernels = [&]<bool Backward>() {
+    const std::string kind = Backward ? "attention_bwd/" : "attention_fwd/";
+    const auto add = [&]<class Scheme>(const char* scheme) {
+      benchmark::RegisterBenchmark((kind + scheme + sfx).c_str(), kernel_benchmark<Scheme, Space, Backward>)
+          ->Apply(lengths);
+    };
+    add.template operator()<att::Causal>("causal");
+    add.template operator()<att::SlidingWindow<256>>("sliding_window:256");
+    add.template operator()<att::EcpPairs<256>>("ecp:256");
+  };
+  kernels.template operator()<false>();
+  kernels.template operator()<true>();
   benchmark::RegisterBenchmark(("attention_branch_fwd_bwd/causal" + sfx).c_str(), branch_fwd_bwd<att::Causal, Space>)
       ->Arg(1024)
       ->Arg(4096)

@@ -136,17 +136,9 @@ class MixHarness {
 template <class Space, bool Backward>
 void mix_benchmark(benchmark::State& state, DssAlgorithm alg, int time) {
   MixHarness<Space> h(alg, 1, time);
-  for (auto _ : state) {
-    if constexpr (Backward)
-      h.backward();
-    else
-      h.forward();
-    Space().fence();
-  }
-  const double flops = Backward ? Flops::mix_backward(alg, 1, time) : Flops::mix_forward(alg, 1, time);
-  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["tokens/s"] = benchmark::Counter(time, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak_workspace_bytes"] = double(h.peak_workspace_bytes());
+  time_passes<Space, Backward>(state, h, time);
+  state.counters["FLOP/s"] =
+      per_second(Backward ? Flops::mix_backward(alg, 1, time) : Flops::mix_forward(alg, 1, time));
 }
 
 // ---- the branch --------------------------------------------------------------------------
@@ -195,17 +187,8 @@ class LayerHarness {
 template <class Space, bool Backward>
 void layer_benchmark(benchmark::State& state, DssAlgorithm alg, int time) {
   LayerHarness<Space> h(alg, 1, time);
-  for (auto _ : state) {
-    if constexpr (Backward)
-      h.backward();
-    else
-      h.forward();
-    Space().fence();
-  }
-  const double flops = Backward ? Flops::backward(alg, 1, time) : Flops::forward(alg, 1, time);
-  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["tokens/s"] = benchmark::Counter(time, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak_workspace_bytes"] = double(h.peak_workspace_bytes());
+  time_passes<Space, Backward>(state, h, time);
+  state.counters["FLOP/s"] = per_second(Backward ? Flops::backward(alg, 1, time) : Flops::forward(alg, 1, time));
   if (!Backward && time == 8192) {
     // Both times measured here, the same way, so the ratio is not skewed by filters or by
     // which benchmarks ran before; interleaved, best of 5 each, so that load from other
@@ -238,9 +221,8 @@ void step_benchmark(benchmark::State& state, int batch) {
     Space().fence();
   }
   // Per token: the four projections and the recurrence (11 flops per state element).
-  const double flops = Flops::linears(batch) + 11.0 * batch * H * N;
-  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["tokens/s"] = benchmark::Counter(batch, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] = per_second(Flops::linears(batch) + 11.0 * batch * H * N);
+  state.counters["tokens/s"] = per_second(batch);
   state.counters["peak_workspace_bytes"] = double(ws.peak_bytes());
 }
 
@@ -262,9 +244,8 @@ void prefill_benchmark(benchmark::State& state, int time) {
     Space().fence();
   }
   // The FFT forward plus the state advance (a GEMM (H × T)·(T × 2N)); a fresh state has no readout.
-  const double flops = Flops::forward(DssAlgorithm::fft, 1, time) + 2.0 * time * H * 2 * N;
-  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["tokens/s"] = benchmark::Counter(time, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] = per_second(Flops::forward(DssAlgorithm::fft, 1, time) + 2.0 * time * H * 2 * N);
+  state.counters["tokens/s"] = per_second(time);
   state.counters["peak_workspace_bytes"] = double(ws.peak_bytes());
 }
 

@@ -280,7 +280,7 @@ void step_benchmark(benchmark::State& state) {
     Space().fence();
   };
   for (auto _ : state) step();  // no warm-up: the first step's arena allocation is < 1 % of a step
-  state.counters["tokens/s"] = benchmark::Counter(double(b * t), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] = per_second(double(b * t));
   memory_counters<Model>(state, model, ws, double(b), double(t));
 }
 

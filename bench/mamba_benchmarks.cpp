@@ -37,15 +37,7 @@ template <class Space, bool Backward>
 void mamba_layer(benchmark::State& state) {
   const int t = static_cast<int>(state.range(0));
   Harness<MambaBench, Space> h(1, t);
-  for (auto _ : state) {
-    if constexpr (Backward)
-      h.backward();
-    else
-      h.forward();
-    Space().fence();
-  }
-  state.counters["tokens/s"] = benchmark::Counter(t, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak_workspace_bytes"] = double(h.peak_workspace_bytes());
+  time_passes<Space, Backward>(state, h, t);
 }
 
 template <class Space>
@@ -66,7 +58,7 @@ void mamba_step(benchmark::State& state) {
     layer.step(ws, st, x, y);
     Space().fence();
   }
-  state.counters["tokens/s"] = benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens/s"] = per_second(1);
   state.counters["peak_workspace_bytes"] = double(ws.peak_bytes());
   state.counters["position"] = double(st.position);
 }
@@ -167,7 +159,7 @@ void selective_scan(benchmark::State& state) {
       1, 2);
   state.counters["ns_per_update"] = optimised / in.updates() * 1e9;
   state.counters["reference_ns_per_update"] = reference / in.updates() * 1e9;
-  state.counters["state_updates/s"] = benchmark::Counter(in.updates(), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["state_updates/s"] = per_second(in.updates());
   state.counters["speedup_vs_reference"] = reference / optimised;
   state.counters["peak_workspace_bytes"] = double(ws.peak_bytes());
 }

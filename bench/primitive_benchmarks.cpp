@@ -41,19 +41,9 @@ template <class Case, class Space, bool Backward>
 void layer_benchmark(benchmark::State& state) {
   Harness<Case, Space> h(1, Case::bench_time);
   const double rows = Case::bench_time;
-  for (auto _ : state) {
-    if constexpr (Backward)
-      h.backward();
-    else
-      h.forward();
-    Space().fence();
-  }
-  const double flops = (Backward ? 2.0 : 1.0) * Case::forward_flops(rows);
-  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["bytes/s"] =
-      benchmark::Counter(double(h.activation_bytes()), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak_workspace_bytes"] = double(h.peak_workspace_bytes());
-  state.counters["tokens/s"] = benchmark::Counter(rows, benchmark::Counter::kIsIterationInvariantRate);
+  time_passes<Space, Backward>(state, h, rows);
+  state.counters["FLOP/s"] = per_second((Backward ? 2.0 : 1.0) * Case::forward_flops(rows));
+  state.counters["bytes/s"] = per_second(double(h.activation_bytes()));
 }
 
 /// linear_fwd/<in>x<out>/T:<t>: Linear forward with counter vs_openblas = its GFLOP/s over
@@ -69,7 +59,7 @@ void linear_forward_vs_sgemm(benchmark::State& state) {
   const double rows = Case::bench_time, flops = Case::forward_flops(rows);
   const double linear_s = seconds_per_call<Space>([&] { h.forward(); }, 5, 5);
   const double gemm_s = sgemm_seconds<Space>(Case::bench_time, L::d_in, L::d_out);
-  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] = per_second(flops);
   state.counters["sgemm_GFLOP/s"] = flops / gemm_s * 1e-9;
   state.counters["linear_GFLOP/s"] = flops / linear_s * 1e-9;
   state.counters["vs_openblas"] = gemm_s / linear_s;
@@ -83,8 +73,7 @@ void sgemm_benchmark(benchmark::State& state) {
   std::vector<float> a(rows * in, 0.5f), b(std::size_t(out) * in, 0.25f), c(rows * out);
   for (auto _ : state) raw_sgemm<Space>(a, b, c, rows, in, out);
   kernels::detail::blas_threads(-1);
-  state.counters["FLOP/s"] =
-      benchmark::Counter(2.0 * double(rows) * in * out, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] = per_second(2.0 * double(rows) * in * out);
 }
 
 template <class Space>

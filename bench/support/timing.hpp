@@ -2,8 +2,11 @@
 // Timing helpers shared by every benchmark file: the name suffix that records the execution
 // space and its thread count, and a fenced best-of-N wall-clock timer for ratios measured
 // inside one benchmark (Google Benchmark does not expose its own timer to user counters).
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <string>
 
 #include <hybridseq/core/kokkos_compat.hpp>
@@ -29,6 +32,26 @@ double seconds_per_call(F&& f, int iters, int repeats = 3) {
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters);
   }
   return best;
+}
+
+/// A counter of `amount` (FLOP, bytes, tokens) per iteration, reported per second.
+inline benchmark::Counter per_second(double amount) {
+  return benchmark::Counter(amount, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+/// The benchmark loop of a layer harness: `h.forward()` or, with Backward, `h.backward()` once
+/// per iteration, fenced; then tokens/s for `tokens` per pass and the harness's arena peak.
+template <class Space, bool Backward, class Harness>
+void time_passes(benchmark::State& state, Harness& h, double tokens) {
+  for (auto _ : state) {
+    if constexpr (Backward)
+      h.backward();
+    else
+      h.forward();
+    Space().fence();
+  }
+  state.counters["tokens/s"] = per_second(tokens);
+  state.counters["peak_workspace_bytes"] = double(h.peak_workspace_bytes());
 }
 
 }  // namespace hybridseq::bench
