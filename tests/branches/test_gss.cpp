@@ -49,6 +49,25 @@ void fill_normal(const View& v, std::uint64_t stream, double std, double mean = 
   testing::from_vector(v, data);
 }
 
+/// The DSS parameters and an input u (batch b, length l, h channels, n modes), drawn from
+/// streams first, first + 1, ...: decay rates exp(λre) from ~0.05 (long memory) to ~5,
+/// frequencies exp(λim) around 1.
+template <class T, class Space>
+struct DssInputs {
+  Tensor<T*, Space> lre, lim, d;
+  Tensor<T**, Space> cre, cim;
+  Tensor<T***, Space> u;
+  DssInputs(int b, int l, int h, int n, std::uint64_t first)
+      : lre("lre", n), lim("lim", n), d("d", h), cre("cre", h, n), cim("cim", h, n), u("u", b, l, h) {
+    fill_normal(lre, first, 0.8, -0.5);
+    fill_normal(lim, first + 1, 0.7);
+    fill_normal(cre, first + 2, 1.0);
+    fill_normal(cim, first + 3, 1.0);
+    fill_normal(d, first + 4, 1.0);
+    fill_normal(u, first + 5, 1.0);
+  }
+};
+
 struct MixShape {
   int b, l, h, n;
   int kernel_chunk;  // rows per Vandermonde GEMM
@@ -71,16 +90,9 @@ void check_mixing(const MixShape& sh, double tol) {
   using HostD3 = Kokkos::View<double***, Kokkos::HostSpace>;
   const Space exec{};
   // Parameters as the layer sees them, and the same values in double for the oracle.
-  Tensor<T*, Space> lre("lre", sh.n), lim("lim", sh.n), d("d", sh.h);
-  Tensor<T**, Space> cre("cre", sh.h, sh.n), cim("cim", sh.h, sh.n);
-  Tensor<T***, Space> u("u", sh.b, sh.l, sh.h), dy("dy", sh.b, sh.l, sh.h);
-  // Decay rates exp(λre) from ~0.05 (long memory) to ~5, frequencies exp(λim) around 1.
-  fill_normal(lre, 1, 0.8, -0.5);
-  fill_normal(lim, 2, 0.7);
-  fill_normal(cre, 3, 1.0);
-  fill_normal(cim, 4, 1.0);
-  fill_normal(d, 5, 1.0);
-  fill_normal(u, 6, 1.0);
+  DssInputs<T, Space> in(sh.b, sh.l, sh.h, sh.n, 1);
+  auto& [lre, lim, d, cre, cim, u] = in;
+  Tensor<T***, Space> dy("dy", sh.b, sh.l, sh.h);
   fill_normal(dy, 7, 1.0);
   auto host = [](const auto& v, auto out) {
     testing::from_vector(out, testing::to_vector(v));
@@ -188,15 +200,9 @@ HYBRIDSEQ_SPACE_TEST_CASE("gss: state carried across calls (scan, and FFT prefil
   using T = double;
   const TestType exec{};
   const int b = 2, l = 13, h = 3, n = 11;
-  Tensor<T*, TestType> lre("lre", n), lim("lim", n), d("d", h);
-  Tensor<T**, TestType> cre("cre", h, n), cim("cim", h, n);
-  Tensor<T***, TestType> u("u", b, l, h), y("y", b, l, h), y_split("y_split", b, l, h);
-  fill_normal(lre, 11, 0.8, -0.5);
-  fill_normal(lim, 12, 0.7);
-  fill_normal(cre, 13, 1.0);
-  fill_normal(cim, 14, 1.0);
-  fill_normal(d, 15, 1.0);
-  fill_normal(u, 16, 1.0);
+  DssInputs<T, TestType> in(b, l, h, n, 11);
+  auto& [lre, lim, d, cre, cim, u] = in;
+  Tensor<T***, TestType> y("y", b, l, h), y_split("y_split", b, l, h);
   core::Workspace<TestType> ws;
   const auto modes = kernels::allocate_dss_modes<T>(ws, h, n);
   kernels::dss_discretize<T>(exec, lre, lim, cre, cim, modes);

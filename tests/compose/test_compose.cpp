@@ -16,69 +16,58 @@ namespace hybridseq::cases {
 template <class T, class S>
 using NormedLinear = compose::SequentialBlock<Linear<LinearShape{6, 6}, T, S>, RmsNorm<6, T, S>>;
 
-struct ParallelSoftplus {
+/// What the composition cases share: no PyTorch golden; batch 2 × time 3 unless a case says otherwise.
+struct ComposeCase {
+  static constexpr const char* golden = "";
+  static constexpr int batch = 2, time = 3;
+};
+
+struct ParallelSoftplus : ComposeCase {
   template <class T, class S>
   using Layer = compose::ParallelBlock<compose::SoftplusMixer<3, true, T, S>, NormedLinear<T, S>,
                                        Ffn<FfnShape{6, 10}, T, S>, Ffn<swiglu(6, 4), T, S>>;
   static constexpr const char* name = "parallel_softplus";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 2, time = 3;
 };
-struct ParallelRawSoftplus {
+struct ParallelRawSoftplus : ComposeCase {
   template <class T, class S>
   using Layer =
       compose::ParallelBlock<compose::SoftplusMixer<2, false, T, S>, NormedLinear<T, S>, Ffn<FfnShape{6, 10}, T, S>>;
   static constexpr const char* name = "parallel_raw_softplus";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 2, time = 3;
 };
-struct ParallelMean {
+struct ParallelMean : ComposeCase {
   template <class T, class S>
   using Layer = compose::ParallelBlock<compose::MeanMixer<2, T, S>, Linear<LinearShape{6, 6}, T, S>, RmsNorm<6, T, S>>;
   static constexpr const char* name = "parallel_mean";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 2, time = 3;
 };
-struct Sequential3 {
+struct Sequential3 : ComposeCase {
   template <class T, class S>
   using Layer = compose::SequentialBlock<Linear<LinearShape{6, 9}, T, S>, ActivationLayer<Activation::silu, 9, T, S>,
                                          Linear<LinearShape{9, 6, false}, T, S>>;
   static constexpr const char* name = "sequential3";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 2, time = 4;
+  static constexpr int time = 4;
 };
 
-struct PreNormCase {
+struct PreNormCase : ComposeCase {
   template <class T, class S>
   using Layer = compose::PreNormResidual<Ffn<FfnShape{6, 10}, T, S>, RmsNorm<6, T, S>>;
   static constexpr const char* name = "prenorm_residual";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 2, time = 3;
 };
-struct DeepNormCase {
+struct DeepNormCase : ComposeCase {
   template <class T, class S>
   using Layer = compose::DeepNorm<Ffn<FfnShape{6, 10}, T, S>, LayerNorm<6, T, S>>;
   static constexpr const char* name = "deepnorm";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 2, time = 3;
   template <class L>
   static typename L::Options options() {
-    typename L::Options o;
-    o.alpha = compose::deepnorm_alpha(3);
-    return o;
+    return {.alpha = compose::deepnorm_alpha(3)};
   }
 };
-struct RepeatCase {
+struct RepeatCase : ComposeCase {
   template <class T, class S>
   using Layer = compose::Repeat<compose::PreNormResidual<Linear<LinearShape{6, 6}, T, S>, LayerNorm<6, T, S>>>;
   static constexpr const char* name = "repeat3";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 2, time = 3;
   template <class L>
   static typename L::Options options() {
-    typename L::Options o;
-    o.count = 3;
-    return o;
+    return {.count = 3};
   }
 };
 

@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <array>
-#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -15,12 +14,12 @@
 #include <iterator>
 #include <limits>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
 #include <hybridseq/io/safetensors.hpp>
 
+#include "io/temp_dir.hpp"
 #include <unistd.h>
 
 #ifndef HYBRIDSEQ_GOLDEN_DIR
@@ -32,30 +31,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
-using hybridseq::io::Dtype;
-using hybridseq::io::SafetensorsFile;
-using hybridseq::io::SafetensorsWriter;
+using namespace hybridseq::io;
 
-/// A fresh directory under the system temp dir, removed (with its contents) on destruction.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<unsigned> counter{0};
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / ("hybridseq_io_test_" + std::to_string(rd()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);  // best effort: a leftover temp dir must not fail a test
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  fs::path file(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
+/// This file's temp directories: hybridseq_io_test_<random>_<n>.
+struct TempDir : hybridseq::testing::TempDir {
+  TempDir() : hybridseq::testing::TempDir("hybridseq_io_test_") {}
 };
 
 std::string read_bytes(const fs::path& p) {
@@ -98,6 +78,29 @@ std::string open_error(const TempDir& dir, const std::string& bytes) {
   }
   FAIL("SafetensorsFile::open accepted a malformed file");
   return {};
+}
+
+/// The same for the file make_file(header, data_bytes).
+std::string open_error(const TempDir& dir, const std::string& header, std::size_t data_bytes) {
+  return open_error(dir, make_file(header, data_bytes));
+}
+
+/// A header entry, its fields' JSON text as given: "name":{"dtype":…,"shape":…,"data_offsets":…}.
+std::string entry(const std::string& name, const std::string& dtype, const std::string& shape,
+                  const std::string& offsets) {
+  return "\"" + name + R"(":{"dtype":)" + dtype + R"(,"shape":)" + shape + R"(,"data_offsets":)" + offsets + "}";
+}
+
+/// A header of these entries, in order.
+std::string header_of(std::initializer_list<std::string> entries) {
+  std::string out = "{";
+  for (const auto& e : entries) out += (out.size() > 1 ? "," : "") + e;
+  return out + "}";
+}
+
+/// The header of one tensor "t".
+std::string one_tensor(const std::string& dtype, const std::string& shape, const std::string& offsets) {
+  return header_of({entry("t", dtype, shape, offsets)});
 }
 
 /// The interop content (also written by tests/reference/golden_io.py): see check_interop.
@@ -442,152 +445,135 @@ TEST_CASE("safetensors: refuses an oversized header length", "[io][host]") {
 
 TEST_CASE("safetensors: refuses a header that is not valid JSON", "[io][host]") {
   TempDir dir;
-  CHECK_THAT(open_error(dir, make_file(R"({"a": )", 0)), Contains("header is not valid JSON"));
-  CHECK_THAT(open_error(dir, make_file(R"({"a": 1} x)", 0)), Contains("not valid JSON"));
-  CHECK_THAT(open_error(dir, make_file("", 0)), Contains("not valid JSON"));
-  CHECK_THAT(open_error(dir, make_file("{\"a\xff\": 1}", 0)), Contains("not valid JSON"));
-  CHECK_THAT(open_error(dir, make_file(R"({"a": 1,})", 0)), Contains("not valid JSON"));  // trailing comma
-  CHECK_THAT(open_error(dir, make_file(R"({'a': 1})", 0)), Contains("not valid JSON"));
-  CHECK_THAT(open_error(dir, make_file(R"({"a": 1 /* comment */})", 0)), Contains("not valid JSON"));
-  CHECK_THAT(open_error(dir, make_file(std::string("{\"a\0\": 1}", 9), 0)), Contains("not valid JSON"));
-  CHECK_THAT(open_error(dir, make_file(R"({"\ud800": 1})", 0)), Contains("not valid JSON"));  // lone surrogate
-  CHECK_THAT(open_error(dir, make_file(R"({"a": 1e999})", 0)), Contains("not valid JSON: number overflow"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[01],"data_offsets":[0,4]}})", 4)),
-             Contains("not valid JSON"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})", 4)),
+  CHECK_THAT(open_error(dir, R"({"a": )", 0), Contains("header is not valid JSON"));
+  CHECK_THAT(open_error(dir, R"({"a": 1} x)", 0), Contains("not valid JSON"));
+  CHECK_THAT(open_error(dir, "", 0), Contains("not valid JSON"));
+  CHECK_THAT(open_error(dir, "{\"a\xff\": 1}", 0), Contains("not valid JSON"));
+  CHECK_THAT(open_error(dir, R"({"a": 1,})", 0), Contains("not valid JSON"));  // trailing comma
+  CHECK_THAT(open_error(dir, R"({'a': 1})", 0), Contains("not valid JSON"));
+  CHECK_THAT(open_error(dir, R"({"a": 1 /* comment */})", 0), Contains("not valid JSON"));
+  CHECK_THAT(open_error(dir, std::string("{\"a\0\": 1}", 9), 0), Contains("not valid JSON"));
+  CHECK_THAT(open_error(dir, R"({"\ud800": 1})", 0), Contains("not valid JSON"));  // lone surrogate
+  CHECK_THAT(open_error(dir, R"({"a": 1e999})", 0), Contains("not valid JSON: number overflow"));
+  CHECK_THAT(open_error(dir, one_tensor(R"("F32")", "[01]", "[0,4]"), 4), Contains("not valid JSON"));
+  CHECK_THAT(open_error(dir, R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})", 4),
              Contains("not valid JSON: parse error at line 1"));  // truncated
 }
 
 TEST_CASE("safetensors: refuses JSON nested deeper than 64 levels", "[io][host]") {
   TempDir dir;
   // 64 levels parse (and are then refused for not being an object); 65 are refused while parsing.
-  CHECK_THAT(open_error(dir, make_file(std::string(64, '[') + std::string(64, ']'), 0)),
+  CHECK_THAT(open_error(dir, std::string(64, '[') + std::string(64, ']'), 0),
              Contains("not a JSON object (it is an array)"));
-  CHECK_THAT(open_error(dir, make_file(std::string(65, '[') + std::string(65, ']'), 0)),
+  CHECK_THAT(open_error(dir, std::string(65, '[') + std::string(65, ']'), 0),
              Contains("JSON nesting deeper than 64 levels"));
   // A megabyte of '[' is refused at the 65th, before the parser has built anything big.
-  CHECK_THAT(open_error(dir, make_file(std::string(1 << 20, '['), 0)), Contains("JSON nesting deeper than 64 levels"));
-  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"k":)" + std::string(100, '['), 0)),
+  CHECK_THAT(open_error(dir, std::string(1 << 20, '['), 0), Contains("JSON nesting deeper than 64 levels"));
+  CHECK_THAT(open_error(dir, R"({"__metadata__":{"k":)" + std::string(100, '['), 0),
              Contains("JSON nesting deeper than 64 levels"));
 }
 
 TEST_CASE("safetensors: refuses a header that is not an object", "[io][host]") {
   TempDir dir;
-  CHECK_THAT(open_error(dir, make_file("[1,2]", 0)), Contains("not a JSON object (it is an array)"));
-  CHECK_THAT(open_error(dir, make_file(R"("text")", 0)), Contains("not a JSON object"));
-  CHECK_THAT(open_error(dir, make_file("null", 0)), Contains("not a JSON object (it is null)"));
-  CHECK_THAT(open_error(dir, make_file("true", 0)), Contains("not a JSON object (it is a boolean)"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t": [1]})", 0)), Contains("tensor \"t\": entry must be an object"));
+  CHECK_THAT(open_error(dir, "[1,2]", 0), Contains("not a JSON object (it is an array)"));
+  CHECK_THAT(open_error(dir, R"("text")", 0), Contains("not a JSON object"));
+  CHECK_THAT(open_error(dir, "null", 0), Contains("not a JSON object (it is null)"));
+  CHECK_THAT(open_error(dir, "true", 0), Contains("not a JSON object (it is a boolean)"));
+  CHECK_THAT(open_error(dir, R"({"t": [1]})", 0), Contains("tensor \"t\": entry must be an object"));
 }
 
 TEST_CASE("safetensors: refuses an unknown dtype", "[io][host]") {
   TempDir dir;
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"Q8","shape":[1],"data_offsets":[0,1]}})", 1)),
+  CHECK_THAT(open_error(dir, one_tensor(R"("Q8")", "[1]", "[0,1]"), 1),
              Contains("unknown or unsupported dtype \"Q8\""));
   // Valid in safetensors but not supported here.
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1)),
-             Contains("\"U8\""));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":32,"shape":[1],"data_offsets":[0,4]}})", 4)),
-             Contains("unknown or unsupported dtype 32"));
+  CHECK_THAT(open_error(dir, one_tensor(R"("U8")", "[1]", "[0,1]"), 1), Contains("\"U8\""));
+  CHECK_THAT(open_error(dir, one_tensor("32", "[1]", "[0,4]"), 4), Contains("unknown or unsupported dtype 32"));
 }
 
 TEST_CASE("safetensors: refuses missing, unknown and duplicate tensor fields", "[io][host]") {
   TempDir dir;
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1]}})", 4)),
-             Contains("missing field \"data_offsets\""));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4)),
+  CHECK_THAT(open_error(dir, R"({"t":{"dtype":"F32","shape":[1]}})", 4), Contains("missing field \"data_offsets\""));
+  CHECK_THAT(open_error(dir, R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4),
              Contains("unknown field \"x\""));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4)),
+  CHECK_THAT(open_error(dir, R"({"t":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4),
              Contains("duplicate field \"dtype\""));
 }
 
 TEST_CASE("safetensors: refuses overlapping offsets", "[io][host]") {
   TempDir dir;
-  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                             R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})";
-  CHECK_THAT(open_error(dir, make_file(header, 12)), Contains("tensors \"a\" [0,8] and \"b\" [4,12] overlap"));
+  const std::string header =
+      header_of({entry("a", R"("F32")", "[2]", "[0,8]"), entry("b", R"("F32")", "[2]", "[4,12]")});
+  CHECK_THAT(open_error(dir, header, 12), Contains("tensors \"a\" [0,8] and \"b\" [4,12] overlap"));
   // Two tensors sharing the same bytes.
-  const std::string same = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                           R"("b":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})";
-  CHECK_THAT(open_error(dir, make_file(same, 4)), Contains("overlap"));
+  const std::string same = header_of({entry("a", R"("F32")", "[1]", "[0,4]"), entry("b", R"("I32")", "[1]", "[0,4]")});
+  CHECK_THAT(open_error(dir, same, 4), Contains("overlap"));
 }
 
 TEST_CASE("safetensors: refuses gaps in the data buffer", "[io][host]") {
   TempDir dir;
-  const std::string between = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})";
-  CHECK_THAT(open_error(dir, make_file(between, 12)),
-             Contains("gap in the data buffer: bytes [4,8) between \"a\" and \"b\""));
-  CHECK_THAT(open_error(dir, make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8)),
+  const std::string between =
+      header_of({entry("a", R"("F32")", "[1]", "[0,4]"), entry("b", R"("F32")", "[1]", "[8,12]")});
+  CHECK_THAT(open_error(dir, between, 12), Contains("gap in the data buffer: bytes [4,8) between \"a\" and \"b\""));
+  CHECK_THAT(open_error(dir, header_of({entry("a", R"("F32")", "[1]", "[4,8]")}), 8),
              Contains("first tensor \"a\" begins at byte 4"));
-  CHECK_THAT(open_error(dir, make_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 6)),
+  CHECK_THAT(open_error(dir, header_of({entry("a", R"("F32")", "[1]", "[0,4]")}), 6),
              Contains("the tensors end at byte 4 but the data buffer has 6 bytes"));
-  CHECK_THAT(open_error(dir, make_file("{}", 1)), Contains("gap"));
+  CHECK_THAT(open_error(dir, "{}", 1), Contains("gap"));
 }
 
 TEST_CASE("safetensors: refuses offsets that do not match shape x dtype size", "[io][host]") {
   TempDir dir;
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20)),
+  CHECK_THAT(open_error(dir, one_tensor(R"("F32")", "[2,3]", "[0,20]"), 20),
              Contains("[0,20] span 20 bytes, which does not match shape (2,3) x F32 (6 x 4 = 24 bytes)"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"BF16","shape":[],"data_offsets":[0,4]}})", 4)),
-             Contains("shape () x BF16 (1 x 2 = 2 bytes)"));
-  CHECK_THAT(
-      open_error(dir, make_file(R"({"t":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8)),
-      Contains("too many elements"));
+  CHECK_THAT(open_error(dir, one_tensor(R"("BF16")", "[]", "[0,4]"), 4), Contains("shape () x BF16 (1 x 2 = 2 bytes)"));
+  CHECK_THAT(open_error(dir, one_tensor(R"("F64")", "[4294967296,4294967296]", "[0,8]"), 8),
+             Contains("too many elements"));
 }
 
 TEST_CASE("safetensors: refuses bad data_offsets", "[io][host]") {
   TempDir dir;
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 8)),
-             Contains("data_offsets [8,4] are not ordered"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[4]}})", 4)),
-             Contains("two integers [begin, end], but it has 1 entries"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":{"a":0}}})", 4)),
-             Contains("but it is an object"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,"4"]}})", 4)),
-             Contains("data_offsets [0,\"4\"] are not two non-negative integers"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[-0,4]}})", 4)),
-             Contains("data_offsets [-0,4] are not two non-negative integers"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", 4)),
-             Contains("data_offsets [-4,0] are not two non-negative integers"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4.0]}})", 4)),
+  // An F32 tensor of one element with these data_offsets, and 4 data bytes unless said otherwise.
+  auto with_offsets = [&](const std::string& offsets, std::size_t data_bytes = 4) {
+    return open_error(dir, one_tensor(R"("F32")", "[1]", offsets), data_bytes);
+  };
+  CHECK_THAT(with_offsets("[8,4]", 8), Contains("data_offsets [8,4] are not ordered"));
+  CHECK_THAT(with_offsets("[4]"), Contains("two integers [begin, end], but it has 1 entries"));
+  CHECK_THAT(with_offsets(R"({"a":0})"), Contains("but it is an object"));
+  CHECK_THAT(with_offsets(R"([0,"4"])"), Contains("data_offsets [0,\"4\"] are not two non-negative integers"));
+  CHECK_THAT(with_offsets("[-0,4]"), Contains("data_offsets [-0,4] are not two non-negative integers"));
+  CHECK_THAT(with_offsets("[-4,0]"), Contains("data_offsets [-4,0] are not two non-negative integers"));
+  CHECK_THAT(with_offsets("[0,4.0]"),
              Contains("data_offsets [0,4.0 (read as floating point)] are not two non-negative integers"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":null}})", 4)),
-             Contains("but it is null"));
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[]}})", 4)),
-             Contains("but it has 0 entries"));
+  CHECK_THAT(with_offsets("null"), Contains("but it is null"));
+  CHECK_THAT(with_offsets("[]"), Contains("but it has 0 entries"));
   // The largest u64 is a valid offset, so this fails the size check, not the integer check.
-  CHECK_THAT(
-      open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551615]}})", 4)),
-      Contains("data_offsets [0,18446744073709551615] span 18446744073709551615 bytes"));
-  CHECK_THAT(
-      open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,99999999999999999999]}})", 4)),
-      Contains("not two non-negative integers"));
+  CHECK_THAT(with_offsets("[0,18446744073709551615]"),
+             Contains("data_offsets [0,18446744073709551615] span 18446744073709551615 bytes"));
+  CHECK_THAT(with_offsets("[0,99999999999999999999]"), Contains("not two non-negative integers"));
 }
 
 TEST_CASE("safetensors: refuses duplicate names", "[io][host]") {
   TempDir dir;
-  const std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                             R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
-  CHECK_THAT(open_error(dir, make_file(header, 8)), Contains("duplicate entry \"a\""));
-  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{},"__metadata__":{}})", 0)),
+  const std::string header =
+      header_of({entry("a", R"("F32")", "[1]", "[0,4]"), entry("a", R"("F32")", "[1]", "[4,8]")});
+  CHECK_THAT(open_error(dir, header, 8), Contains("duplicate entry \"a\""));
+  CHECK_THAT(open_error(dir, R"({"__metadata__":{},"__metadata__":{}})", 0),
              Contains("duplicate entry \"__metadata__\""));
-  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"k":"1","k":"2"}})", 0)),
+  CHECK_THAT(open_error(dir, R"({"__metadata__":{"k":"1","k":"2"}})", 0),
              Contains("duplicate key \"k\" in __metadata__"));
   // Deeper objects (never valid in a header) and objects inside arrays: the key is named.
-  CHECK_THAT(open_error(dir, make_file(R"({"t":{"dtype":"F32","shape":{"a":1,"a":2},"data_offsets":[0,4]}})", 4)),
+  CHECK_THAT(open_error(dir, one_tensor(R"("F32")", R"({"a":1,"a":2})", "[0,4]"), 4),
              Contains("duplicate key \"a\" in the header"));
-  CHECK_THAT(open_error(dir, make_file(R"([{"a":1,"a":2}])", 0)), Contains("duplicate key \"a\" in the header"));
+  CHECK_THAT(open_error(dir, R"([{"a":1,"a":2}])", 0), Contains("duplicate key \"a\" in the header"));
   // Equal keys in different objects are not duplicates.
-  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"a":"x"},"a":{"a":1}})", 0)),
+  CHECK_THAT(open_error(dir, R"({"__metadata__":{"a":"x"},"a":{"a":1}})", 0),
              Contains("tensor \"a\": unknown field \"a\""));
 }
 
 TEST_CASE("safetensors: refuses shape entries that are not non-negative integers", "[io][host]") {
   TempDir dir;
-  auto with_shape = [](const std::string& shape) {
-    return make_file(R"({"t":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":[0,4]}})", 4);
-  };
+  auto with_shape = [](const std::string& shape) { return make_file(one_tensor(R"("F32")", shape, "[0,4]"), 4); };
   CHECK_THAT(open_error(dir, with_shape("[-1]")), Contains("shape entry 0 is -1, not a non-negative integer"));
   CHECK_THAT(open_error(dir, with_shape("[1.5]")), Contains("shape entry 0 is 1.5"));
   CHECK_THAT(open_error(dir, with_shape("[1.0]")), Contains("shape entry 0 is 1.0"));
@@ -609,16 +595,13 @@ TEST_CASE("safetensors: refuses shape entries that are not non-negative integers
 
 TEST_CASE("safetensors: refuses __metadata__ that is not a string -> string object", "[io][host]") {
   TempDir dir;
-  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"format":5}})", 0)),
+  CHECK_THAT(open_error(dir, R"({"__metadata__":{"format":5}})", 0),
              Contains("__metadata__ must map strings to strings, but \"format\" is a number (5)"));
-  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"format":{"x":"y"}}})", 0)),
-             Contains("\"format\" is an object"));
-  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"format":null}})", 0)), Contains("\"format\" is null"));
-  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"format":false}})", 0)),
-             Contains("\"format\" is a boolean (false)"));
-  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":{"format":["pt"]}})", 0)),
-             Contains("\"format\" is an array"));
-  CHECK_THAT(open_error(dir, make_file(R"({"__metadata__":["pt"]})", 0)),
+  CHECK_THAT(open_error(dir, R"({"__metadata__":{"format":{"x":"y"}}})", 0), Contains("\"format\" is an object"));
+  CHECK_THAT(open_error(dir, R"({"__metadata__":{"format":null}})", 0), Contains("\"format\" is null"));
+  CHECK_THAT(open_error(dir, R"({"__metadata__":{"format":false}})", 0), Contains("\"format\" is a boolean (false)"));
+  CHECK_THAT(open_error(dir, R"({"__metadata__":{"format":["pt"]}})", 0), Contains("\"format\" is an array"));
+  CHECK_THAT(open_error(dir, R"({"__metadata__":["pt"]})", 0),
              Contains("__metadata__ must be an object of strings, but it is an array"));
 }
 

@@ -5,19 +5,19 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <numbers>
-#include <random>
 #include <set>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <hybridseq/tasks/text_corpus.hpp>
+
+#include "io/temp_dir.hpp"
 
 namespace {
 
@@ -30,27 +30,9 @@ using hybridseq::tasks::Split;
 
 constexpr std::int32_t kIgnore = hybridseq::tasks::null_target;
 
-/// A fresh directory under the system temp dir, removed (with its contents) on destruction.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<unsigned> counter{0};
-    std::random_device rd;
-    path_ =
-        fs::temp_directory_path() / ("hybridseq_text_test_" + std::to_string(rd()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  fs::path file(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
+/// This file's temp directories: hybridseq_text_test_<random>_<n>.
+struct TempDir : hybridseq::testing::TempDir {
+  TempDir() : hybridseq::testing::TempDir("hybridseq_text_test_") {}
 };
 
 void write_text(const fs::path& p, const std::string& text) {
