@@ -117,6 +117,13 @@ double entries(double b, double t, double h) {
   return b * h * double(schemes::visible_entries<Scheme>(std::int64_t(t)));
 }
 
+/// `depth` attention layers of `Scheme` with `kv_heads` key/value heads: score entries and FLOPs.
+template <class Scheme>
+BranchCost attention_cost(int depth, double b, double t, int kv_heads) {
+  return {"attention", depth * entries<Scheme>(b, t, heads),
+          depth * flops::attention(b, t, heads, kv_heads, entries<Scheme>(1, t, 1))};
+}
+
 // Each model: its name, type, depth (Options::body.count) and its forward cost by branch.
 struct PhaModel {
   static constexpr std::string_view name = "pha";
@@ -124,8 +131,7 @@ struct PhaModel {
   static constexpr int depth = 4;
   static std::vector<BranchCost> costs(double b, double t) {
     return {{"gss", 0, depth * flops::gss(b, t)},
-            {"attention", depth * entries<schemes::Causal>(b, t, heads),
-             depth * flops::attention(b, t, heads, pha_shape.kv_heads, entries<schemes::Causal>(1, t, 1))},
+            attention_cost<schemes::Causal>(depth, b, t, pha_shape.kv_heads),
             {"ffn", 0, depth * flops::ffn(b, t, pha_shape.ffn_primary + pha_shape.ffn_auxiliary)},
             {"head", 0, flops::head(b, t)}};
   }
@@ -137,8 +143,7 @@ struct PhaAttentionOnlyModel {
   static constexpr int depth = 4;
   static std::vector<BranchCost> costs(double b, double t) {
     const auto s = attention_only_shape;
-    return {{"attention", depth * entries<schemes::Causal>(b, t, heads),
-             depth * flops::attention(b, t, heads, s.kv_heads, entries<schemes::Causal>(1, t, 1))},
+    return {attention_cost<schemes::Causal>(depth, b, t, s.kv_heads),
             {"ffn", 0, depth * flops::ffn(b, t, s.ffn_primary + s.ffn_auxiliary)},
             {"head", 0, flops::head(b, t)}};
   }
@@ -150,8 +155,7 @@ struct TransformerModel {
   using type = models::Transformer<V, models::NeoxShape{D, heads, head_dim, head_dim, mlp}, float, Space>;
   static constexpr int depth = 10;
   static std::vector<BranchCost> costs(double b, double t) {
-    return {{"attention", depth * entries<schemes::Causal>(b, t, heads),
-             depth * flops::attention(b, t, heads, heads, entries<schemes::Causal>(1, t, 1))},
+    return {attention_cost<schemes::Causal>(depth, b, t, heads),
             {"ffn", 0, depth * flops::ffn(b, t, mlp)},
             {"head", 0, flops::head(b, t)}};
   }
@@ -164,8 +168,7 @@ struct EcpModel {
   static constexpr int depth = 10;
   static std::vector<BranchCost> costs(double b, double t) {
     using Scheme = schemes::EcpPairs<segment>;
-    return {{"attention", depth * entries<Scheme>(b, t, heads),
-             depth * flops::attention(b, t, heads, heads, entries<Scheme>(1, t, 1))},
+    return {attention_cost<Scheme>(depth, b, t, heads),
             {"ffn", 0, depth * flops::ffn(b, t, ffn)},
             {"head", 0, flops::head(b, t)}};
   }
@@ -181,8 +184,7 @@ struct SsmTfModel {
   static std::vector<BranchCost> costs(double b, double t) {
     using Scheme = schemes::SlidingWindow<window>;
     return {{"mamba", 0, depth * flops::mamba(b, t)},
-            {"attention", depth * entries<Scheme>(b, t, heads),
-             depth * flops::attention(b, t, heads, heads, entries<Scheme>(1, t, 1))},
+            attention_cost<Scheme>(depth, b, t, heads),
             {"ffn", 0, depth * flops::ffn(b, t, mlp)},
             {"head", 0, flops::head(b, t)}};
   }

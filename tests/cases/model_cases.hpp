@@ -20,11 +20,9 @@ using pha_four_branches =
     models::PhaBranchList<models::pha_branch::Gss, models::pha_branch::Attention, models::pha_branch::DualFfn,
                           models::pha_branch::SlidingWindowAttention<4>>;
 
-template <models::PhaLayout Layout, int Layers, const char* Name, const char* Golden,
-          class Branches = models::PhaPaperBranches, bool Tied = false>
-struct PhaCase {
-  template <class T, class S>
-  using Layer = models::Pha<model_vocab, pha_tiny, Layout, T, S, Branches>;
+/// What every whole-model case shares: B = 2, T = 9, `Layers` blocks, tied embeddings or not.
+template <const char* Name, const char* Golden, int Layers, bool Tied>
+struct ModelCase {
   static constexpr const char* name = Name;
   static constexpr const char* golden = Golden;
   static constexpr int batch = 2, time = 9;
@@ -37,25 +35,22 @@ struct PhaCase {
   }
 };
 
+template <models::PhaLayout Layout, int Layers, const char* Name, const char* Golden,
+          class Branches = models::PhaPaperBranches, bool Tied = false>
+struct PhaCase : ModelCase<Name, Golden, Layers, Tied> {
+  template <class T, class S>
+  using Layer = models::Pha<model_vocab, pha_tiny, Layout, T, S, Branches>;
+};
+
 /// Cooper et al.'s tiny layers at width 8: TF with 2 summed heads of 8, RoPE on 2 dims,
 /// window 4 (shorter than the test sequences); SSM with d_state 2.
 inline constexpr models::NeoxShape tf_tiny = models::cooper_tf(8, 2, 4);
 inline constexpr layers::MambaShape ssm_tiny = models::cooper_ssm(8, 2);
 
 template <template <class, class> class M, int Layers, const char* Name, const char* Golden, bool Tied = false>
-struct StackCase {
+struct StackCase : ModelCase<Name, Golden, Layers, Tied> {
   template <class T, class S>
   using Layer = M<T, S>;
-  static constexpr const char* name = Name;
-  static constexpr const char* golden = Golden;
-  static constexpr int batch = 2, time = 9;
-  template <class L>
-  static typename L::Options options() {
-    typename L::Options o;
-    o.body.count = Layers;
-    o.tie_embeddings = Tied;
-    return o;
-  }
 };
 
 template <class T, class S>

@@ -26,47 +26,12 @@ Opt default_options() {
   return Opt{};
 }
 
-struct LinearBias {
-  template <class T, class S>
-  using Layer = Linear<LinearShape{5, 7, true}, T, S>;
-  static constexpr const char* name = "linear_bias";
-  static constexpr const char* golden = "linear_bias";
-  static constexpr int batch = 2, time = 3;
-};
-struct LinearNoBias {
-  template <class T, class S>
-  using Layer = Linear<LinearShape{8, 3, false}, T, S>;
-  static constexpr const char* name = "linear_nobias";
-  static constexpr const char* golden = "linear_nobias";
-  static constexpr int batch = 2, time = 3;
-};
-struct RmsNormCase {
-  template <class T, class S>
-  using Layer = RmsNorm<6, T, S>;
-  static constexpr const char* name = "rmsnorm";
-  static constexpr const char* golden = "rmsnorm";
-  static constexpr int batch = 2, time = 3;
-};
-struct LayerNormCase {
-  template <class T, class S>
-  using Layer = LayerNorm<6, T, S>;
-  static constexpr const char* name = "layernorm";
-  static constexpr const char* golden = "layernorm";
-  static constexpr int batch = 2, time = 3;
-};
-struct RopeFull {
-  template <class T, class S>
-  using Layer = Rope<RopeShape{3, 8, 8}, T, S>;
-  static constexpr const char* name = "rope_full";
-  static constexpr const char* golden = "rope_full";
-  static constexpr int batch = 2, time = 5;
-};
-struct RopePartial {
-  template <class T, class S>
-  using Layer = Rope<RopeShape{2, 16, rotary_dim_for(16, 0.25)}, T, S>;
-  static constexpr const char* name = "rope_partial";
-  static constexpr const char* golden = "rope_partial";
-  static constexpr int batch = 2, time = 5;
+using LinearBias = ShapedCase<Linear, LinearShape{5, 7, true}, "linear_bias", 2, 3>;
+using LinearNoBias = ShapedCase<Linear, LinearShape{8, 3, false}, "linear_nobias", 2, 3>;
+using RmsNormCase = ShapedCase<RmsNorm, 6, "rmsnorm", 2, 3>;
+using LayerNormCase = ShapedCase<LayerNorm, 6, "layernorm", 2, 3>;
+using RopeFull = ShapedCase<Rope, RopeShape{3, 8, 8}, "rope_full", 2, 5>;
+struct RopePartial : ShapedCase<Rope, RopeShape{2, 16, rotary_dim_for(16, 0.25)}, "rope_partial", 2, 5> {
   template <class L>
   static typename L::Options options() {
     return {.base = 500.0};
@@ -77,50 +42,18 @@ struct RopePartial {
     layer.forward_at(ws, x, y, saved, 3);
   }
 };
-template <Activation A, const char* Name>
-struct ActivationCase {
+template <Activation A>
+struct ActivationOf5 {
   template <class T, class S>
   using Layer = ActivationLayer<A, 5, T, S>;
-  static constexpr const char* name = Name;
-  static constexpr const char* golden = Name;
-  static constexpr int batch = 2, time = 3;
 };
-inline constexpr char gelu_name[] = "gelu", gelu_tanh_name[] = "gelu_tanh", silu_name[] = "silu",
-                      softplus_name[] = "softplus";
-struct FfnGelu {
-  template <class T, class S>
-  using Layer = Ffn<FfnShape{6, 10}, T, S>;
-  static constexpr const char* name = "ffn_gelu";
-  static constexpr const char* golden = "ffn_gelu";
-  static constexpr int batch = 2, time = 3;
-};
-struct FfnSwiglu {
-  template <class T, class S>
-  using Layer = Ffn<swiglu(6, 8), T, S>;
-  static constexpr const char* name = "ffn_swiglu";
-  static constexpr const char* golden = "ffn_swiglu";
-  static constexpr int batch = 2, time = 3;
-};
-struct DualFfnCase {
-  template <class T, class S>
-  using Layer = DualFfn<dual_ffn(6, 12, 4), T, S>;
-  static constexpr const char* name = "dual_ffn";
-  static constexpr const char* golden = "dual_ffn";
-  static constexpr int batch = 2, time = 3;
-};
-struct EmbeddingCase {
-  template <class T, class S>
-  using Layer = Embedding<EmbeddingShape{11, 4}, T, S>;
-  static constexpr const char* name = "embedding";
-  static constexpr const char* golden = "embedding";
-  static constexpr int batch = 2, time = 5;
-};
-struct LmHeadCase {
-  template <class T, class S>
-  using Layer = LmHeadLoss<LmHeadShape{6, 13}, T, S>;
-  static constexpr const char* name = "lm_head_ce";
-  static constexpr const char* golden = "lm_head_ce";
-  static constexpr int batch = 2, time = 4;
+template <Activation A, CaseName Name>
+using ActivationCase = LayerCase<ActivationOf5<A>::template Layer, Name, 2, 3>;
+using FfnGelu = ShapedCase<Ffn, FfnShape{6, 10}, "ffn_gelu", 2, 3>;
+using FfnSwiglu = ShapedCase<Ffn, swiglu(6, 8), "ffn_swiglu", 2, 3>;
+using DualFfnCase = ShapedCase<DualFfn, dual_ffn(6, 12, 4), "dual_ffn", 2, 3>;
+using EmbeddingCase = ShapedCase<Embedding, EmbeddingShape{11, 4}, "embedding", 2, 5>;
+struct LmHeadCase : ShapedCase<LmHeadLoss, LmHeadShape{6, 13}, "lm_head_ce", 2, 4> {
   template <class L>
   static typename L::Options options() {
     return {.init_std = 0.5, .ignore_index = -100, .chunk_rows = 3};  // 3: chunks split rows unevenly
@@ -129,19 +62,8 @@ struct LmHeadCase {
 
 // Larger shapes: odd extents, several LM-head chunks; no golden, gradient-checked on sampled
 // entries and benchmarked.
-struct LinearWide {
-  template <class T, class S>
-  using Layer = Linear<LinearShape{33, 17, true}, T, S>;
-  static constexpr const char* name = "linear_33x17";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 3, time = 7;
-};
-struct LmHeadWide {
-  template <class T, class S>
-  using Layer = LmHeadLoss<LmHeadShape{16, 50}, T, S>;
-  static constexpr const char* name = "lm_head_ce_50";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 3, time = 9;
+using LinearWide = ShapedCase<Linear, LinearShape{33, 17, true}, "linear_33x17", 3, 7, false>;
+struct LmHeadWide : ShapedCase<LmHeadLoss, LmHeadShape{16, 50}, "lm_head_ce_50", 3, 9, false> {
   template <class L>
   static typename L::Options options() {
     return {.init_std = 0.3, .ignore_index = -1, .chunk_rows = 4};
@@ -150,8 +72,8 @@ struct LmHeadWide {
 
 using PrimitiveCases =
     CaseList<LinearBias, LinearNoBias, RmsNormCase, LayerNormCase, RopeFull, RopePartial,
-             ActivationCase<Activation::gelu, gelu_name>, ActivationCase<Activation::gelu_tanh, gelu_tanh_name>,
-             ActivationCase<Activation::silu, silu_name>, ActivationCase<Activation::softplus, softplus_name>, FfnGelu,
+             ActivationCase<Activation::gelu, "gelu">, ActivationCase<Activation::gelu_tanh, "gelu_tanh">,
+             ActivationCase<Activation::silu, "silu">, ActivationCase<Activation::softplus, "softplus">, FfnGelu,
              FfnSwiglu, DualFfnCase, EmbeddingCase, LmHeadCase, LinearWide, LmHeadWide>;
 
 }  // namespace hybridseq::cases
@@ -160,54 +82,18 @@ namespace hybridseq::cases {
 
 // Benchmark shapes (GPT-2-small widths). Also gradient-checked at (batch, time) so the
 // configurations the benchmarks time are the configurations the tests verify.
-struct LinearBench256x768 {
-  template <class T, class S>
-  using Layer = Linear<LinearShape{256, 768, true}, T, S>;
-  static constexpr const char* name = "linear/256x768";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 1, time = 2, bench_time = 4096;
-  static constexpr double forward_flops(double rows) { return 2.0 * rows * 256 * 768; }
+/// A benchmark case: checked at (1, 2), timed at `BenchTime` rows; `FlopsPerRow` for FLOP/s.
+template <template <auto, class, class> class L, auto Shape, CaseName Name, int BenchTime, double FlopsPerRow>
+struct BenchCase : ShapedCase<L, Shape, Name, 1, 2, false> {
+  static constexpr int bench_time = BenchTime;
+  static constexpr double forward_flops(double rows) { return FlopsPerRow * rows; }
 };
-struct LinearBench768x3072 {
-  template <class T, class S>
-  using Layer = Linear<LinearShape{768, 3072, true}, T, S>;
-  static constexpr const char* name = "linear/768x3072";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 1, time = 2, bench_time = 4096;
-  static constexpr double forward_flops(double rows) { return 2.0 * rows * 768 * 3072; }
-};
-struct RmsNormBench {
-  template <class T, class S>
-  using Layer = RmsNorm<768, T, S>;
-  static constexpr const char* name = "rmsnorm/768";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 1, time = 2, bench_time = 4096;
-  static constexpr double forward_flops(double rows) { return 4.0 * rows * 768; }
-};
-struct FfnBench {
-  template <class T, class S>
-  using Layer = Ffn<FfnShape{768, 3072}, T, S>;
-  static constexpr const char* name = "ffn_gelu/768x3072";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 1, time = 2, bench_time = 1024;
-  static constexpr double forward_flops(double rows) { return 4.0 * rows * 768 * 3072; }
-};
-struct SwigluBench {
-  template <class T, class S>
-  using Layer = Ffn<swiglu(768, 2048), T, S>;
-  static constexpr const char* name = "ffn_swiglu/768x2048";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 1, time = 2, bench_time = 1024;
-  static constexpr double forward_flops(double rows) { return 6.0 * rows * 768 * 2048; }
-};
-struct LmHeadBench {
-  template <class T, class S>
-  using Layer = LmHeadLoss<LmHeadShape{768, 8192}, T, S>;
-  static constexpr const char* name = "lm_head_ce/768x8192";
-  static constexpr const char* golden = "";
-  static constexpr int batch = 1, time = 2, bench_time = 1024;
-  static constexpr double forward_flops(double rows) { return 2.0 * rows * 768 * 8192; }
-};
+using LinearBench256x768 = BenchCase<Linear, LinearShape{256, 768, true}, "linear/256x768", 4096, 2.0 * 256 * 768>;
+using LinearBench768x3072 = BenchCase<Linear, LinearShape{768, 3072, true}, "linear/768x3072", 4096, 2.0 * 768 * 3072>;
+using RmsNormBench = BenchCase<RmsNorm, 768, "rmsnorm/768", 4096, 4.0 * 768>;
+using FfnBench = BenchCase<Ffn, FfnShape{768, 3072}, "ffn_gelu/768x3072", 1024, 4.0 * 768 * 3072>;
+using SwigluBench = BenchCase<Ffn, swiglu(768, 2048), "ffn_swiglu/768x2048", 1024, 6.0 * 768 * 2048>;
+using LmHeadBench = BenchCase<LmHeadLoss, LmHeadShape{768, 8192}, "lm_head_ce/768x8192", 1024, 2.0 * 768 * 8192>;
 
 using BenchCases = CaseList<LinearBench256x768, LinearBench768x3072, RmsNormBench, FfnBench, SwigluBench, LmHeadBench>;
 

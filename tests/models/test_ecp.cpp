@@ -347,27 +347,27 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: cost model activation bytes equal the workspace 
     }
     {
       using P = cases::PerceiverArTiny<float, TestType>;
-      typename P::Cross cross;
+      typename P::body_type::Cross cross;
       CHECK(forward_bytes<decltype(cross), TestType>(cross, 2, n, 4) ==
             cost::perceiver_ar_layer<cases::perceiver_tiny>(2, n, 0).activation_bytes);
-      typename P::LatentBlock latent;
+      typename P::body_type::LatentBlock latent;
       CHECK(forward_bytes<decltype(latent), TestType>(latent, 2, 4, 4) ==
             cost::perceiver_ar_layer<cases::perceiver_tiny>(2, n, 1).activation_bytes);
     }
     {
-      typename cases::DoubleAttentionTiny<float, TestType>::Block block;
+      typename cases::DoubleAttentionTiny<float, TestType>::body_type::Block block;
       CHECK(forward_bytes<decltype(block), TestType>(block, 2, n, n) ==
             cost::double_attention_layer<cases::double_tiny>(2, n).activation_bytes);
-      typename cases::SSplitAttentionTiny<float, TestType>::Block split;
+      typename cases::SSplitAttentionTiny<float, TestType>::body_type::Block split;
       CHECK(forward_bytes<decltype(split), TestType>(split, 2, n, n) ==
             cost::double_attention_layer<cases::ssplit_tiny>(2, n).activation_bytes);
     }
     if (n == 12) {  // Compressed Double takes exactly n = h + M = 12, and gives c + M = 6 rows
       using C = cases::CompressedDoubleTiny<float, TestType>;
-      typename C::First first;
+      typename C::body_type::First first;
       CHECK(forward_bytes<decltype(first), TestType>(first, 2, n, 6) ==
             cost::compressed_double_layer<cases::compressed_tiny>(2, 0).activation_bytes);
-      typename C::Block later;
+      typename C::body_type::Block later;
       CHECK(forward_bytes<decltype(later), TestType>(later, 2, 6, 6) ==
             cost::compressed_double_layer<cases::compressed_tiny>(2, 1).activation_bytes);
     }

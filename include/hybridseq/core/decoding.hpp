@@ -26,18 +26,17 @@ struct NoState {};
 
 namespace detail {
 template <class L>
-struct state_of {
-  using type = NoState;
-};
-template <Stateful L>
-struct state_of<L> {
-  using type = typename L::State;
-};
+auto state_of() {
+  if constexpr (Stateful<L>)
+    return std::type_identity<typename L::State>{};
+  else
+    return std::type_identity<NoState>{};
+}
 }  // namespace detail
 
 /// The per-sequence decoding state of layer L (NoState for position-wise layers).
 template <class L>
-using state_t = typename detail::state_of<L>::type;
+using state_t = typename decltype(detail::state_of<L>())::type;
 
 template <DecodableBranch L>
 state_t<L> make_state(const L& layer, int batch) {

@@ -48,21 +48,17 @@ struct NoOptions {};
 
 namespace detail {
 template <class L>
-struct options_of {
-  using type = NoOptions;
-};
-template <class L>
-requires requires {
-  typename L::Options;
+auto options_of() {
+  if constexpr (requires { typename L::Options; })
+    return std::type_identity<typename L::Options>{};
+  else
+    return std::type_identity<NoOptions>{};
 }
-struct options_of<L> {
-  using type = typename L::Options;
-};
 }  // namespace detail
 
 /// L's runtime options (NoOptions for a layer without any).
 template <class L>
-using options_t = typename detail::options_of<L>::type;
+using options_t = typename decltype(detail::options_of<L>())::type;
 
 /// A layer built from its options (default-built when it takes none).
 template <class L>

@@ -21,6 +21,7 @@
 /// the directory fsync'ed (POSIX), so a crash leaves either the old file or the new one.
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cerrno>
 #include <concepts>
@@ -69,21 +70,9 @@ enum class Dtype { F32, F64, F16, BF16, I32, I64 };
 
 /// The safetensors spelling of `d`: "F32", "F64", "F16", "BF16", "I32", "I64".
 inline std::string to_string(Dtype d) {
-  switch (d) {
-    case Dtype::F32:
-      return "F32";
-    case Dtype::F64:
-      return "F64";
-    case Dtype::F16:
-      return "F16";
-    case Dtype::BF16:
-      return "BF16";
-    case Dtype::I32:
-      return "I32";
-    case Dtype::I64:
-      return "I64";
-  }
-  return "<invalid Dtype>";
+  constexpr std::array<const char*, 6> names{"F32", "F64", "F16", "BF16", "I32", "I64"};  // in enum order
+  const auto i = static_cast<std::size_t>(d);
+  return i < names.size() ? names[i] : "<invalid Dtype>";
 }
 
 inline std::ostream& operator<<(std::ostream& os, Dtype d) {

@@ -5,28 +5,22 @@
 /// Definitions follow PyTorch: GELU exact (erf form) and its tanh approximation, SiLU
 /// x·σ(x), softplus log(1 + eˣ) with PyTorch's linear region above x = 20.
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "../core/spaces.hpp"
+#include "exp.hpp"
 
 namespace hybridseq::kernels {
 
 enum class Activation { identity, gelu, gelu_tanh, silu, softplus };
 
 constexpr const char* name_of(Activation a) {
-  switch (a) {
-    case Activation::identity:
-      return "identity";
-    case Activation::gelu:
-      return "gelu";
-    case Activation::gelu_tanh:
-      return "gelu_tanh";
-    case Activation::silu:
-      return "silu";
-    case Activation::softplus:
-      return "softplus";
-  }
-  return "?";
+  constexpr std::array<const char*, 5> names{"identity", "gelu", "gelu_tanh", "silu", "softplus"};  // in enum order
+  const auto i = static_cast<std::size_t>(a);
+  return i < names.size() ? names[i] : "?";
 }
 
 /// f(x) and f'(x) for activation A.
@@ -45,17 +39,26 @@ struct ActivationFn<Activation::identity> {
   }
 };
 
+/// GELU(x) = x·Φ(x). Float takes the branch-free Φ of kernels/exp.hpp (libm's erff is a
+/// scalar call that keeps the loop from vectorising); double keeps libm (reference precision
+/// for finite differences).
 template <>
 struct ActivationFn<Activation::gelu> {
   template <class T>
+  KOKKOS_INLINE_FUNCTION static T cdf(T x) {
+    if constexpr (std::is_same_v<T, float>)
+      return normal_cdf_polynomial(x);
+    else
+      return T(0.5) * (T(1) + math::erf(x * T(0.70710678118654752440)));
+  }
+  template <class T>
   KOKKOS_INLINE_FUNCTION static T value(T x) {
-    return T(0.5) * x * (T(1) + math::erf(x * T(0.70710678118654752440)));
+    return x * cdf(x);
   }
   template <class T>
   KOKKOS_INLINE_FUNCTION static T derivative(T x) {
-    const T cdf = T(0.5) * (T(1) + math::erf(x * T(0.70710678118654752440)));
-    const T pdf = T(0.39894228040143267794) * math::exp(T(-0.5) * x * x);
-    return cdf + x * pdf;
+    const T pdf = T(0.39894228040143267794) * exp_in_loop(T(-0.5) * x * x);
+    return cdf(x) + x * pdf;
   }
 };
 

@@ -17,22 +17,14 @@
 
 #include "../core/check.hpp"
 #include "../core/spaces.hpp"
+#include "activations.hpp"
 
 namespace hybridseq {
 
 namespace kernels {
 
 /// Activation policy with no activation (out = pre).
-struct IdentityPost {
-  template <class T>
-  KOKKOS_INLINE_FUNCTION static T value(T x) {
-    return x;
-  }
-  template <class T>
-  KOKKOS_INLINE_FUNCTION static T derivative(T) {
-    return T(1);
-  }
-};
+using IdentityPost = ActivationFn<Activation::identity>;
 
 namespace detail {
 

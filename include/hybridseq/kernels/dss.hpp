@@ -923,6 +923,15 @@ void dss_kernel_forward(const Space& exec, core::Workspace<Space>& ws, const Dss
   detail::dss_vandermonde_product<T>(exec, ws, modes.lambda, modes.c, k, chunk, 0, T(0));
 }
 
+namespace detail {
+/// A carried state: real and imaginary parts, each (B, H, N).
+template <class Re, class Im>
+void check_dss_state(const char* api, const Re& s_re, const Im& s_im, std::int64_t b, std::int64_t h, std::int64_t n) {
+  core::check_shape(api, "s_re", s_re, core::dim(b), core::dim(h), core::dim(n));
+  core::check_shape(api, "s_im", s_im, core::dim(b), core::dim(h), core::dim(n));
+}
+}  // namespace detail
+
 /// The carried state's contribution to the next L outputs (prefill from a non-zero state):
 /// y(b, t, h) += Re Σ_n C̃_{h,n} e^{Λ_n (t+1)} s(b, h, n). One Vandermonde GEMM per batch row
 /// and chunk. Scratch: (chunk + H) × 2N.
@@ -932,8 +941,7 @@ void dss_state_readout(const Space& exec, core::Workspace<Space>& ws, const DssM
                        std::int64_t chunk = 256) {
   const char* api = "hybridseq::kernels::dss_state_readout";
   const std::int64_t b = y.extent(0), len = y.extent(1), h = y.extent(2), n = modes.lambda.extent(1);
-  core::check_shape(api, "s_re", s_re, core::dim(b), core::dim(h), core::dim(n));
-  core::check_shape(api, "s_im", s_im, core::dim(b), core::dim(h), core::dim(n));
+  detail::check_dss_state(api, s_re, s_im, b, h, n);
   if (len == 0) return;
   core::WorkspaceScope scope(ws);
   auto p = ws.template allocate<T**>("dss.state_times_c", h, 2 * n);
@@ -954,8 +962,7 @@ void dss_state_advance(const Space& exec, core::Workspace<Space>& ws, const DssM
                        std::int64_t chunk = 256) {
   const char* api = "hybridseq::kernels::dss_state_advance";
   const std::int64_t b = u.extent(0), len = u.extent(1), h = u.extent(2), n = modes.lambda.extent(1);
-  core::check_shape(api, "s_re", s_re, core::dim(b), core::dim(h), core::dim(n));
-  core::check_shape(api, "s_im", s_im, core::dim(b), core::dim(h), core::dim(n));
+  detail::check_dss_state(api, s_re, s_im, b, h, n);
   if (len == 0) return;
   core::WorkspaceScope scope(ws);
   const std::int64_t q = detail::dss_vandermonde_chunk(chunk, len);
@@ -1053,8 +1060,7 @@ void dss_scan_forward(const Space& exec, const DssModes<T, Space>& modes, Tensor
   core::check_shape(api, "modes.c", modes.c, core::dim(h), core::dim(2 * n));
   core::check_shape(api, "d", d, core::dim(h));
   core::check_same_shape(api, "u", u, "y", y);
-  core::check_shape(api, "s_re", s_re, core::dim(b), core::dim(h), core::dim(n));
-  core::check_shape(api, "s_im", s_im, core::dim(b), core::dim(h), core::dim(n));
+  detail::check_dss_state(api, s_re, s_im, b, h, n);
   Kokkos::parallel_for("hybridseq::kernels::dss::scan_forward", Kokkos::RangePolicy<Space>(exec, 0, b * h),
                        detail::DssScanForward<T, Space>{modes.a, modes.c, d, u, y, s_re, s_im});
 }

@@ -34,7 +34,7 @@
 #include "../layers/layer_norm.hpp"
 #include "../layers/time_linear.hpp"
 #include "double_attention.hpp"
-#include "language_model.hpp"
+#include "latent_language_model.hpp"
 
 namespace hybridseq::models {
 
@@ -285,17 +285,6 @@ class CompressedDoubleBody {
 /// Loss on the last M targets (targets (B, n)); `logits` (B, M, V). Options::body.count
 /// = L − 1. Requires: n = h + M exactly (config_error naming the call).
 template <int Vocab, CompressedDoubleShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class CompressedDoubleAttentionAr
-    : public LanguageModel<Vocab, CompressedDoubleBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
-  static_assert(S.latents >= 1, "hybridseq::models::CompressedDoubleAttentionAr: needs at least one latent");
-  using Base = LanguageModel<Vocab, CompressedDoubleBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
-
- public:
-  using Base::Base;
-  static constexpr int latents = S.latents;
-  static constexpr CompressedDoubleShape shape = S;
-  using First = typename CompressedDoubleBody<S, T, Space>::First;
-  using Block = typename CompressedDoubleBody<S, T, Space>::Block;
-};
+using CompressedDoubleAttentionAr = LatentLanguageModel<Vocab, S, CompressedDoubleBody<S, T, Space>>;
 
 }  // namespace hybridseq::models

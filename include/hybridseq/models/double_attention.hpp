@@ -41,7 +41,7 @@
 #include "../layers/ffn.hpp"
 #include "../layers/layer_norm.hpp"
 #include "../layers/linear.hpp"
-#include "language_model.hpp"
+#include "latent_language_model.hpp"
 
 namespace hybridseq::models {
 
@@ -70,6 +70,7 @@ inline constexpr layers::AttentionShape double_attention_shape{
 /// Parameters `<i>.*` (Options::count = L blocks).
 template <DoubleAttentionShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class DoubleAttentionBody {
+  static_assert(S.split >= 0, "hybridseq::models::DoubleAttentionAr: split must be >= 0");
   static constexpr int M = S.latents;
 
  public:
@@ -134,18 +135,6 @@ class DoubleAttentionBody {
 /// Requires: n ≥ M and, for s-Split, n − M a multiple of S (config_error naming
 /// hybridseq::models::DoubleAttentionAr::<call>).
 template <int Vocab, DoubleAttentionShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class DoubleAttentionAr
-    : public LanguageModel<Vocab, DoubleAttentionBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
-  static_assert(S.latents >= 1 && S.split >= 0,
-                "hybridseq::models::DoubleAttentionAr: needs at least one latent and split >= 0");
-  using Base = LanguageModel<Vocab, DoubleAttentionBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
-
- public:
-  using Base::Base;
-  static constexpr int latents = S.latents;
-  static constexpr DoubleAttentionShape shape = S;
-  using Attn = typename DoubleAttentionBody<S, T, Space>::Attn;
-  using Block = typename DoubleAttentionBody<S, T, Space>::Block;
-};
+using DoubleAttentionAr = LatentLanguageModel<Vocab, S, DoubleAttentionBody<S, T, Space>>;
 
 }  // namespace hybridseq::models

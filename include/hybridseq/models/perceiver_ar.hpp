@@ -45,7 +45,7 @@
 #include "../layers/attention.hpp"
 #include "../layers/ffn.hpp"
 #include "../layers/layer_norm.hpp"
-#include "language_model.hpp"
+#include "latent_language_model.hpp"
 
 namespace hybridseq::models {
 
@@ -364,16 +364,6 @@ class PerceiverArBody {
 /// Options::body.count = L. Requires n ≥ M (config_error naming
 /// hybridseq::models::PerceiverAr::<call>).
 template <int Vocab, PerceiverArShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class PerceiverAr : public LanguageModel<Vocab, PerceiverArBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
-  static_assert(S.latents >= 1, "hybridseq::models::PerceiverAr: needs at least one latent");
-  using Base = LanguageModel<Vocab, PerceiverArBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
-
- public:
-  using Base::Base;
-  static constexpr int latents = S.latents;
-  static constexpr PerceiverArShape shape = S;
-  using Cross = typename PerceiverArBody<S, T, Space>::Cross;
-  using LatentBlock = typename PerceiverArBody<S, T, Space>::LatentBlock;
-};
+using PerceiverAr = LatentLanguageModel<Vocab, S, PerceiverArBody<S, T, Space>>;
 
 }  // namespace hybridseq::models

@@ -7,6 +7,7 @@
 /// Host-only code.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -44,15 +45,9 @@ inline std::int64_t scored_targets(const Batch& b, int first_column = 0) {
 enum class Split { train, valid, test };
 
 inline constexpr std::string_view split_name(Split s) {
-  switch (s) {
-    case Split::train:
-      return "train";
-    case Split::valid:
-      return "valid";
-    case Split::test:
-      return "test";
-  }
-  return "?";
+  constexpr std::array<std::string_view, 3> names{"train", "valid", "test"};  // in enum order
+  const auto i = static_cast<std::size_t>(s);
+  return i < names.size() ? names[i] : "?";
 }
 
 /// How the corpus is cut. The last `valid_fraction + test_fraction` of the bytes are held out:
