@@ -196,6 +196,37 @@ HYBRIDSEQ_SPACE_TEST_CASE("workspace records exact peak bytes and rewinds", "[co
   (void)a;
 }
 
+HYBRIDSEQ_SPACE_TEST_CASE("workspace footprints pad like the arena; reserve sizes it up front", "[core]") {
+  REQUIRE(core::padded_bytes<float>(0) == 0);
+  REQUIRE(core::padded_bytes<float>(1) == 64);
+  REQUIRE(core::padded_bytes<float>(16) == 64);
+  REQUIRE(core::padded_bytes<float>(17) == 128);
+  REQUIRE(core::padded_bytes<double>(100) == 832);
+  core::ArenaSteps steps;  // hold 64, a child peaking 256 leaving 128, hold 64
+  steps.hold(64).run(256, 128).hold(64);
+  REQUIRE(steps.level() == 256);
+  REQUIRE(steps.peak() == 320);
+  REQUIRE(core::Footprint{128, 320, 400}.training_peak() == 528);
+  REQUIRE(core::Footprint{128, 600, 400}.training_peak() == 600);
+
+  core::Workspace<TestType> ws(256);
+  ws.reserve(4096);  // empty: one chunk of 4096
+  REQUIRE(ws.capacity_bytes() == 4096);
+  {
+    core::WorkspaceScope scope(ws);
+    ws.template allocate<float*>("a", 500);  // 2048 B
+    ws.template allocate<float*>("b", 500);
+    ws.reserve(1 << 20);  // something is allocated: a no-op
+    REQUIRE(ws.capacity_bytes() == 4096);
+  }
+  REQUIRE(ws.peak_bytes() == 4096);
+  REQUIRE(ws.capacity_bytes() == 4096);  // the pass fit: no second chunk
+  ws.reserve(1024);                      // already large enough
+  REQUIRE(ws.capacity_bytes() == 4096);
+  ws.template allocate<float*>("c", 2000);  // 8000 B: grows a chunk
+  REQUIRE(ws.capacity_bytes() == 4096 + 8000);
+}
+
 HYBRIDSEQ_SPACE_TEST_CASE("workspace attributes its peak to allocation labels", "[core]") {
   core::Workspace<TestType> ws(1024);
   REQUIRE(ws.peak_by_label().empty());

@@ -20,9 +20,84 @@
 
 #include "dropout.hpp"
 #include "error.hpp"
+#include "kokkos_compat.hpp"
 #include "spaces.hpp"
 
 namespace hybridseq::core {
+
+/// Every Workspace allocation is padded to this many bytes (a cache line; enough for AVX-512).
+inline constexpr std::size_t workspace_alignment = 64;
+
+/// Bytes the arena takes for `count` values of type T: padded to workspace_alignment, as
+/// Workspace::allocate does (the rounding every footprint formula uses).
+template <class T>
+constexpr std::size_t padded_bytes(std::int64_t count) {
+  const auto bytes = static_cast<std::size_t>(count) * sizeof(T);
+  return (bytes + workspace_alignment - 1) / workspace_alignment * workspace_alignment;
+}
+
+/// What a workspace query is asked about (CUTLASS's `get_workspace_size(args)`): a pass over
+/// (batch, time) whose kernels split scratch over `concurrency` threads (core::compat::
+/// concurrency of the execution space instance they run on: `WorkspaceQuery::of`), as a
+/// training pass (dropout drawn: backward copies dropped gradients) or not.
+struct WorkspaceQuery {
+  std::int64_t batch = 1, time = 1;
+  int concurrency = 1;
+  bool training = false;
+
+  template <ExecutionSpace Space>
+  static WorkspaceQuery of(const Space& exec, std::int64_t batch, std::int64_t time, bool training = false) {
+    return {batch, time, compat::concurrency(exec), training};
+  }
+  /// The same pass over another number of positions (a body's inner sequence).
+  WorkspaceQuery at_time(std::int64_t t) const {
+    WorkspaceQuery q = *this;
+    q.time = t;
+    return q;
+  }
+  /// Whether a dropout site of probability p draws a mask in this pass (DropoutSites::next).
+  bool drops(double p) const { return training && std::uint32_t(p * 4294967296.0) != 0; }
+};
+
+/// A unit's arena use, in padded bytes above the mark at its entry (layers, compositions and
+/// models answer `workspace(query)` with one; the testbed checks each against peak_bytes()):
+///   saved:    left allocated by forward (what its Saved points into),
+///   forward:  the peak reached during forward (≥ saved),
+///   backward: the peak reached during backward, above its own entry (the saved bytes of every
+///             forward stay below it; backward releases all it allocates).
+struct Footprint {
+  std::size_t saved = 0, forward = 0, backward = 0;
+
+  /// A forward that releases nothing it allocates (saved == forward).
+  static constexpr Footprint kept(std::size_t saved, std::size_t backward = 0) { return {saved, saved, backward}; }
+  /// Peak of forward then backward from a fresh arena: what `Workspace ws(f.training_peak())` needs.
+  constexpr std::size_t training_peak() const { return std::max(forward, saved + backward); }
+  friend constexpr bool operator==(const Footprint&, const Footprint&) = default;
+};
+
+/// The composition rule of units that run one after another in one scope: each step peaks
+/// `peak` bytes above what the earlier steps left and leaves `kept` bytes. Compositions
+/// describe their forward (children's saves stacking up) and backward (gradient buffers
+/// held while each child's backward runs) as such a list, in the order they allocate.
+class ArenaSteps {
+ public:
+  /// A buffer allocated and kept to the end of the scope.
+  constexpr ArenaSteps& hold(std::size_t bytes) { return run(bytes, bytes); }
+  /// A step that peaks `peak` above the current level and leaves `kept`.
+  constexpr ArenaSteps& run(std::size_t peak, std::size_t kept = 0) {
+    peak_ = std::max(peak_, level_ + peak);
+    level_ += kept;
+    return *this;
+  }
+  /// A child's forward (its saved bytes stay) or backward (leaves nothing).
+  constexpr ArenaSteps& forward(const Footprint& f) { return run(f.forward, f.saved); }
+  constexpr ArenaSteps& backward(const Footprint& f) { return run(f.backward); }
+  constexpr std::size_t level() const { return level_; }
+  constexpr std::size_t peak() const { return peak_; }
+
+ private:
+  std::size_t level_ = 0, peak_ = 0;
+};
 
 template <ExecutionSpace Space>
 class Workspace {
@@ -35,7 +110,7 @@ class Workspace {
     std::size_t allocations = 0;
   };
 
-  static constexpr std::size_t alignment = 64;  // a cache line; also enough for AVX-512
+  static constexpr std::size_t alignment = workspace_alignment;
 
   explicit Workspace(std::size_t chunk_bytes = std::size_t{16} << 20) : chunk_bytes_(chunk_bytes) {}
 
@@ -75,6 +150,24 @@ class Workspace {
     live_.resize(std::min(m.allocations, live_.size()));
   }
 
+  /// Sizes an empty arena before its first allocation for a pass whose peak is `bytes` (a
+  /// workspace query: `model.training_workspace(B, T, threads)`), so that the pass never
+  /// adds a chunk: when the first chunk is smaller, the chunks are replaced by one of
+  /// max(bytes, chunk size). A no-op while anything is allocated.
+  void reserve(std::size_t bytes) {
+    if (!live_.empty() || (!chunks_.empty() && chunks_[0].extent(0) >= bytes)) return;
+    chunks_.clear();
+    chunks_.emplace_back("hybridseq::core::Workspace::chunk", std::max(chunk_bytes_, bytes));
+    current_ = offset_ = in_use_ = 0;
+  }
+
+  /// Bytes of device memory the arena holds (all chunks).
+  std::size_t capacity_bytes() const {
+    std::size_t total = 0;
+    for (const auto& c : chunks_) total += c.extent(0);
+    return total;
+  }
+
   /// The dropout sites of the current pass (core::TrainingPass turns them on).
   DropoutSites& dropout() { return dropout_; }
 
@@ -97,7 +190,7 @@ class Workspace {
 
  private:
   void* allocate_bytes(std::string_view label, std::size_t bytes) {
-    const std::size_t padded = (bytes + alignment - 1) / alignment * alignment;
+    const std::size_t padded = padded_bytes<std::byte>(static_cast<std::int64_t>(bytes));
     if (chunks_.empty() || offset_ + padded > chunks_[current_].extent(0)) {
       // Move to the next chunk that fits; chunks past `current_` are free after a release.
       std::size_t next = chunks_.empty() ? 0 : current_ + 1;
