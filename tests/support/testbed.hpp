@@ -241,17 +241,52 @@ struct Harness {
     ws.release({});
     core::TrainingPass<Space> pass(ws, dropout_key<Case>().seed, dropout_key<Case>().pass);
     typename L::Saved s;
+    const double value = forward(s);
+    if constexpr (LossLayer<L> || ModelLayer<L>)
+      return {value};
+    else
+      return to_vector(y);
+  }
+
+  /// The layer's forward on the harness's inputs; the loss for loss layers and models.
+  double forward(typename L::Saved& s) {
     if constexpr (ModelLayer<L>) {
-      return {static_cast<double>(layer.forward(ws, ids, targets, s))};
+      return layer.forward(ws, ids, targets, s);
     } else if constexpr (EmbeddingLayer<L>) {
       layer.forward(ws, ids, y, s);
-      return to_vector(y);
     } else if constexpr (LossLayer<L>) {
-      return {static_cast<double>(layer.forward(ws, x, ids, s))};
+      return layer.forward(ws, x, ids, s);
     } else {
       call_forward(s);
-      return to_vector(y);
     }
+    return 0;
+  }
+
+  /// The layer's backward from `s`: into dx and the parameter gradients (dy fixed).
+  void backward(const typename L::Saved& s) {
+    if constexpr (ModelLayer<L>)
+      layer.backward(ws, s);
+    else if constexpr (EmbeddingLayer<L>)
+      layer.backward(ws, s, dy);
+    else if constexpr (LossLayer<L>)
+      layer.backward(ws, s, dx);
+    else
+      layer.backward(ws, s, dy, dx);
+  }
+
+  /// Arena use of one training forward and backward, measured from a fresh workspace:
+  /// saved = bytes in use after forward, forward = its peak, backward = the peak above that.
+  core::Footprint measure() {
+    ws = core::Workspace<Space>();
+    if constexpr (!EmbeddingLayer<L> && !ModelLayer<L>) Kokkos::deep_copy(dx, T(0));
+    core::TrainingPass<Space> pass(ws, dropout_key<Case>().seed, dropout_key<Case>().pass);
+    typename L::Saved s;
+    forward(s);
+    core::Footprint f{ws.bytes_in_use(), ws.peak_bytes(), 0};
+    ws.reset_peak();
+    backward(s);
+    f.backward = ws.peak_bytes() - f.saved;
+    return f;
   }
 
   std::vector<double> term_weights() {
@@ -273,28 +308,11 @@ struct Harness {
     core::zero_grad(layer);
     ws.release({});
     core::TrainingPass<Space> pass(ws, dropout_key<Case>().seed, dropout_key<Case>().pass);
-    double obj = 0;
-    if constexpr (ModelLayer<L>) {
-      typename L::Saved s;
-      obj = layer.forward(ws, ids, targets, s);
-      layer.backward(ws, s);
-    } else if constexpr (EmbeddingLayer<L>) {
-      typename L::Saved s;
-      layer.forward(ws, ids, y, s);
-      obj = dot(y, dy);
-      layer.backward(ws, s, dy);
-    } else if constexpr (LossLayer<L>) {
-      Kokkos::deep_copy(dx, T(0));
-      typename L::Saved s;
-      obj = layer.forward(ws, x, ids, s);
-      layer.backward(ws, s, dx);
-    } else {
-      Kokkos::deep_copy(dx, T(0));
-      typename L::Saved s;
-      call_forward(s);
-      obj = dot(y, dy);
-      layer.backward(ws, s, dy, dx);
-    }
+    if constexpr (!EmbeddingLayer<L> && !ModelLayer<L>) Kokkos::deep_copy(dx, T(0));
+    typename L::Saved s;
+    double obj = forward(s);
+    if constexpr (!LossLayer<L> && !ModelLayer<L>) obj = dot(y, dy);
+    backward(s);
     return obj;
   }
 
@@ -354,6 +372,9 @@ double gradient_error(H& h, const View& values, const std::vector<double>& analy
   return scale == 0 ? worst : worst / scale;
 }
 
+template <class Case, class Space, class T = double>
+void check_workspace();
+
 /// Runs the gradient check for `Case` in `Space` (double precision).
 template <class Case, class Space>
 void check_gradients(double tolerance = 1e-6) {
@@ -380,6 +401,65 @@ void check_gradients(double tolerance = 1e-6) {
     worst = std::max(worst, e);
   });
   report("gradcheck_max_rel", Case::name, Space::name(), worst);
+  check_workspace<Case, Space, double>();  // every case's query, wherever gradients are checked
+}
+
+/// The workspace query equals the arena's measured use (saved bytes, forward peak, backward
+/// peak; for models also evaluate's and logits' peaks) at the case's (B, T) and at a larger
+/// (B + 1, 3T + 1) — 3T, or T, where the layer refuses that length —, with the concurrency of
+/// `Space` (OpenMP: its thread count).
+template <class Case, class Space, class T>
+void check_workspace() {
+  Harness<Case, T, Space> h;
+  h.randomize(11);
+  using L = typename Harness<Case, T, Space>::L;
+  const int threads = core::compat::concurrency(Space{});
+  const std::vector<std::pair<int, std::vector<int>>> sizes{
+      {Case::batch, {Case::time}}, {Case::batch + 1, {3 * Case::time + 1, 3 * Case::time, Case::time}}};
+  int compared = 0;
+  for (const auto& [b, times] : sizes) {
+    for (const int t : times) {
+      h.allocate(b, t);
+      core::Footprint measured;
+      try {
+        measured = h.measure();
+      } catch (const config_error&) {
+        continue;  // a length the layer refuses (a segment scheme's multiple): the next one
+      }
+      const auto q = core::WorkspaceQuery::of(Space{}, b, t, true);
+      const core::Footprint want = h.layer.workspace(q);
+      INFO(Case::name << " (B, T) = (" << b << ", " << t << "), " << threads << " threads: measured saved "
+                      << measured.saved << ", forward " << measured.forward << ", backward " << measured.backward
+                      << "; query " << want.saved << ", " << want.forward << ", " << want.backward);
+      CHECK(measured == want);
+      CHECK(want.training_peak() == std::max(measured.forward, measured.saved + measured.backward));
+      if constexpr (ModelLayer<L>) {
+        const auto inference = core::WorkspaceQuery::of(Space{}, b, t, false);
+        h.ws = core::Workspace<Space>();
+        h.layer.evaluate(h.ws, h.ids, h.targets);
+        CHECK(h.ws.peak_bytes() == h.layer.workspace(inference).forward);
+        h.ws = core::Workspace<Space>();
+        Tensor<T***, Space> logits("logits", b, logit_rows<L>(t), L::vocab);
+        h.layer.logits(h.ws, h.ids, logits);
+        CHECK(h.ws.peak_bytes() == h.layer.logits_workspace(inference));
+        CHECK(h.ws.bytes_in_use() == 0);
+        // An arena sized by the query takes a whole train_step without a second chunk.
+        const std::size_t need = h.layer.training_workspace(b, t, threads);
+        core::Workspace<Space> sized(64);
+        sized.reserve(need);
+        {
+          core::TrainingPass<Space> pass(sized, dropout_key<Case>().seed, dropout_key<Case>().pass);
+          h.layer.train_step(sized, h.ids, h.targets);
+        }
+        CHECK(sized.peak_bytes() == need);
+        CHECK(sized.capacity_bytes() == need);
+      }
+      ++compared;
+      break;
+    }
+  }
+  CHECK(compared == 2);
+  report("workspace_sizes_compared", Case::name, Space::name(), compared);
 }
 
 /// Worst |c − g| / (atol + rtol·|g|) over a tensor: ≤ 1 passes.
@@ -443,6 +523,7 @@ void check_golden(double rtol = 1e-5, double atol = 1e-6) {
             file.read<double>("grads/" + std::string(name)));
   });
   report("golden_max_abs_err", Case::name, Space::name(), worst_abs);
+  check_workspace<Case, Space, float>();  // golden-only cases too
 }
 
 /// Host ids (B, T) → device ids of columns [t0, t1).
@@ -505,6 +586,7 @@ void check_decode_matches_forward(std::vector<int> prefixes, std::vector<int> ch
       CHECK(st.length == t);
     }
   }
+  check_workspace<Case, Space, double>();  // decode-only cases too
 }
 
 /// Save → load into a differently initialised layer → identical outputs.
@@ -526,6 +608,7 @@ void check_round_trip() {
   CHECK(oa == ob);
   using L = typename Harness<Case, float, Space>::L;
   if constexpr (!LossLayer<L> && !ModelLayer<L>) CHECK(to_vector(a.y) == to_vector(b.y));
+  check_workspace<Case, Space, float>();  // the query in float too (other padding)
 }
 
 }  // namespace hybridseq::testing

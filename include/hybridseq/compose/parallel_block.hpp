@@ -123,6 +123,20 @@ class ParallelBlock {
     });
   }
 
+  /// Arena use (core::Footprint): forward holds each branch's output under its saves;
+  /// backward holds all N output gradients while the branches' backwards run in turn.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::size_t h = core::padded_bytes<T>(q.batch * q.time * d_out);
+    core::ArenaSteps fwd;
+    std::size_t branch_backward = 0;
+    core::for_each(branches_, [&](const auto& branch) {
+      const core::Footprint f = branch.workspace(q);
+      fwd.hold(h).forward(f);
+      branch_backward = std::max(branch_backward, f.backward);
+    });
+    return {fwd.level(), fwd.peak(), N * h + branch_backward};
+  }
+
   // ---- decoding: available when every branch decodes; one state per branch ----
   static constexpr bool decodable = (core::DecodableBranch<Branches> && ...);
   using State = core::states_t<Branches...>;

@@ -76,6 +76,18 @@ class Repeat {
     blocks_[0].backward(ws, s.block[0], grad, dx);
   }
 
+  /// Arena use (core::Footprint): forward holds every block's output but the last under the
+  /// blocks' saves; backward holds one input gradient per block after the first.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::size_t rows = core::padded_bytes<T>(q.batch * q.time * d_in);
+    std::vector<core::Footprint> f;
+    for (const auto& block : blocks_) f.push_back(block.workspace(q));
+    core::ArenaSteps fwd, bwd;
+    for (int i = 0; i < size(); ++i) fwd.hold(i + 1 < size() ? rows : 0).forward(f[i]);
+    for (int i = size() - 1; i >= 0; --i) bwd.hold(i > 0 ? rows : 0).backward(f[i]);
+    return {fwd.level(), fwd.peak(), bwd.peak()};
+  }
+
   // ---- decoding: available when the block decodes ----
   static constexpr bool decodable = core::DecodableBranch<Block>;
   struct State {

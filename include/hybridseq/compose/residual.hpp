@@ -173,6 +173,17 @@ class PreNormResidual : public detail::ResidualParts<Block, Norm> {
     detail::add_scaled<T, Space>(dx, T(alpha_), dy);
   }
 
+  /// Arena use (core::Footprint): forward holds `normed` under the norm's and the block's
+  /// saves; backward holds dnormed (and the dropped copy of dy in training passes with
+  /// dropout) while the block's, then the norm's backward run.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::size_t rows = core::padded_bytes<T>(q.batch * q.time * d_in);
+    const core::Footprint n = norm_.workspace(q), f = block_.workspace(q);
+    core::ArenaSteps fwd;
+    fwd.hold(rows).forward(n).forward(f);
+    return {fwd.level(), fwd.peak(), rows * (q.drops(this->dropout_) ? 2 : 1) + std::max(f.backward, n.backward)};
+  }
+
   void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x,
                Tensor<T***, Space> y) const requires decodable {
     core::WorkspaceScope scope(ws);
@@ -231,6 +242,16 @@ class DeepNorm : public detail::ResidualParts<Block, Norm> {
     detail::add_scaled<T, Space>(dx, T(alpha_), dz);          // the skip path: all of dz
     core::apply_dropout(Space{}, s.dropout, core::flat(dz));  // the block: the dropped part
     block_.backward(ws, s.block, dz, dx);
+  }
+
+  /// Arena use (core::Footprint): forward holds z under the block's and the norm's saves;
+  /// backward holds dz while the norm's, then the block's backward run.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::size_t rows = core::padded_bytes<T>(q.batch * q.time * d_in);
+    const core::Footprint f = block_.workspace(q), n = norm_.workspace(q);
+    core::ArenaSteps fwd;
+    fwd.hold(rows).forward(f).forward(n);
+    return {fwd.level(), fwd.peak(), rows + std::max(f.backward, n.backward)};
   }
 
   void prefill(core::Workspace<Space>& ws, State& st, Tensor<const T***, Space> x,

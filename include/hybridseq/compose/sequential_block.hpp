@@ -91,6 +91,19 @@ class SequentialBlock {
     backward_from<N - 1>(ws, s, grad, dx);
   }
 
+  /// Arena use (core::Footprint): forward holds every output but the last under the layers'
+  /// saves; backward holds the input gradient of every layer after the first, last to first.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    std::array<core::Footprint, N> f;
+    core::for_each_indexed(layers_, [&](const auto& layer, auto i) { f[i] = layer.workspace(q); });
+    constexpr std::array<int, N> widths{Layers::d_in...};
+    core::ArenaSteps fwd, bwd;
+    const auto rows_of = [&](int i) { return core::padded_bytes<T>(q.batch * q.time * widths[i]); };
+    for (int i = 0; i < N; ++i) fwd.hold(i + 1 < N ? rows_of(i + 1) : 0).forward(f[i]);
+    for (int i = N - 1; i >= 0; --i) bwd.hold(i > 0 ? rows_of(i) : 0).backward(f[i]);
+    return {fwd.level(), fwd.peak(), bwd.peak()};
+  }
+
   // ---- decoding: available when every layer decodes; one state per layer ----
   static constexpr bool decodable = (core::DecodableBranch<Layers> && ...);
   using State = core::states_t<Layers...>;

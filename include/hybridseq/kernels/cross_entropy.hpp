@@ -74,6 +74,13 @@ struct CrossEntropySum {
 /// Forward: lse (N) is filled; returns Σ loss and the number of non-ignored targets.
 /// x (N, D), W (V, D), targets (N) with values in [0, V) or `ignore_index` (validated by
 /// the caller).
+/// Scratch of lm_head_cross_entropy_forward and _backward for n rows and v classes: one
+/// block of min(chunk, n) rows of logits.
+template <class T>
+std::size_t lm_head_cross_entropy_scratch(std::int64_t n, std::int64_t v, std::int64_t chunk) {
+  return core::padded_bytes<T>(std::min(chunk, n) * v);
+}
+
 template <class T, class Space>
 CrossEntropySum lm_head_cross_entropy_forward(const Space& exec, core::Workspace<Space>& ws,
                                               TensorArg<const T**, Space> x, TensorArg<const T**, Space> w,

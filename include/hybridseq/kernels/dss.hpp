@@ -88,6 +88,16 @@ DssModeGrads<T, Space> allocate_dss_mode_grads(core::Workspace<Space>& ws, int h
           ws.template allocate_zeroed<T**>("dss.g_c", h, 2 * n)};
 }
 
+/// Arena bytes of allocate_dss_modes / allocate_dss_mode_grads (h channels, n modes).
+template <class T>
+std::size_t dss_modes_bytes(int h, int n) {
+  return core::padded_bytes<double>(2 * n) + core::padded_bytes<T>(2 * n) + core::padded_bytes<T>(2 * h * n);
+}
+template <class T>
+std::size_t dss_mode_grads_bytes(int h, int n) {
+  return 2 * core::padded_bytes<double>(2 * n) + core::padded_bytes<T>(2 * h * n);
+}
+
 /// FFT length for a causal convolution of length L: the smallest power of two M ≥ 2L − 1
 /// (wrap-free). Powers of two keep the lane FFT to radix-4/2 stages; the price is up to 2x
 /// padding when L is just above a power of two.
@@ -810,6 +820,48 @@ inline std::int64_t dss_vandermonde_chunk(std::int64_t chunk, std::int64_t len) 
 }
 
 }  // namespace detail
+
+/// Scratch of dss_kernel_forward (and of each Vandermonde product) over len rows of ℓ: one
+/// chunk × 2N block.
+template <class T>
+std::size_t dss_kernel_forward_scratch(std::int64_t len, int n, std::int64_t chunk) {
+  return len == 0 ? 0 : core::padded_bytes<T>(detail::dss_vandermonde_chunk(chunk, len) * 2 * n);
+}
+
+/// Scratch of dss_kernel_backward: a chunk × 4N block and the (H, 4N) accumulator.
+template <class T>
+std::size_t dss_kernel_backward_scratch(std::int64_t len, int h, int n, std::int64_t chunk) {
+  return len == 0 ? 0
+                  : core::padded_bytes<T>(detail::dss_vandermonde_chunk(chunk, len) * 4 * n) +
+                        core::padded_bytes<T>(std::int64_t(h) * 4 * n);
+}
+
+/// Scratch of dss_conv_fft_forward (backward = false) or _backward for u (b, len, h) on
+/// `concurrency` threads: the twiddles and one lane-buffer block per worker (dss_conv_fft_launch).
+template <class T, class Space>
+std::size_t dss_conv_fft_scratch(std::int64_t b, std::int64_t len, std::int64_t h, int concurrency, bool backward) {
+  if (len == 0 || h == 0 || (!backward && b == 0)) return 0;
+  constexpr std::int64_t lanes = detail::DssConvFft<T, Space>::W;
+  const std::int64_t m = dss_fft_size(len),
+                     workers = std::min<std::int64_t>(concurrency, (h + 2 * lanes - 1) / (2 * lanes));
+  return core::padded_bytes<T>(2 * m) + core::padded_bytes<T>(workers * detail::dss_fft_scratch<T, Space>(m, backward));
+}
+
+/// Scratch of dss_scan_backward for u (b, len, h), n modes, on `concurrency` threads: the
+/// per-item partials and, per worker, checkpoints, one chunk and the adjoint.
+template <class T>
+std::size_t dss_scan_backward_scratch(std::int64_t b, std::int64_t len, std::int64_t h, int n, std::int64_t chunk,
+                                      int concurrency) {
+  if (len == 0 || b * h == 0) return 0;
+  std::int64_t q = chunk;
+  if (q <= 0)
+    for (q = 1; q * q < len;) ++q;
+  q = std::min(q, len);
+  const std::int64_t items = b * h, workers = std::min<std::int64_t>(concurrency, items), chunks = (len + q - 1) / q;
+  return 2 * core::padded_bytes<T>(items * 2 * n) + core::padded_bytes<T>(items) +
+         core::padded_bytes<T>(workers * chunks * 2 * n) + core::padded_bytes<T>(workers * q * 2 * n) +
+         core::padded_bytes<T>(workers * 2 * n);
+}
 
 /// Λ, e^Λ and C̃ from the parameters (λre, λim (N); C re/im (H, N)).
 template <class T, class Space>

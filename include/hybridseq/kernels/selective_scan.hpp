@@ -609,6 +609,18 @@ void selective_scan_forward(const Space& exec, TensorArg<const T***, Space> u, T
                                                         chunk < 1 ? 1 : chunk, blocks, detail::use_avx2<T, Space>()});
 }
 
+/// Scratch of `selective_scan_backward` for u (b, t, di) on `concurrency` threads (its
+/// UniqueToken's size): the dB/dC partials per channel group, the per-sequence parameter
+/// partials and one chunk buffer per thread.
+template <int N, Scalar T>
+std::size_t selective_scan_backward_scratch(std::int64_t b, std::int64_t t, std::int64_t di, int chunk,
+                                            int concurrency) {
+  if (b == 0 || t == 0 || di == 0) return 0;
+  const std::int64_t groups = (di + scan_group_channels - 1) / scan_group_channels;
+  return core::padded_bytes<T>(b * groups * t * 2 * N) + core::padded_bytes<T>(b * di * (N + 2)) +
+         core::padded_bytes<T>(std::int64_t(concurrency) * chunk * scan_backward_lanes<T> * (2 * N + 2));
+}
+
 /// Backward of `selective_scan_forward` from its chunk checkpoints (zero initial state or the
 /// h0 the forward pass stored in h_chunks[:, 0]).
 ///

@@ -41,6 +41,9 @@ class ActivationLayer {
     kernels::activation_backward<A, T>(Space{}, core::flat(saved.x), core::flat(dy), core::flat(dx));
   }
 
+  /// Arena use: none (y and the saved input are the caller's).
+  core::Footprint workspace(const core::WorkspaceQuery&) const { return {}; }
+
   template <class Visit>
   void visit_parameters(Visit&&) {}
 

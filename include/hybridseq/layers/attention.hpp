@@ -122,6 +122,18 @@ class Attention {
     wqkv_.backward(ws, s.qkv_in, dqkv, dx);
   }
 
+  /// Arena use for x (B, T, D): forward keeps qkv, the positions, o, lse (and the merged
+  /// heads when summed); backward holds d_o (d_merged), dqkv and the core's scratch.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::int64_t b = q.batch, n = q.time, tq = Scheme::query_count(n);
+    const std::size_t qkv = core::padded_bytes<T>(b * n * rows_qkv),
+                      o = core::padded_bytes<T>(b * tq * S.heads * S.head_dim),
+                      merged = S.merge == HeadMerge::sum ? core::padded_bytes<T>(b * tq * S.head_dim) : 0;
+    return core::Footprint::kept(
+        qkv + core_.position_bytes(b, n, rotated_heads) + o + core::padded_bytes<T>(b * S.heads * tq) + merged,
+        o + merged + qkv + Core::attend_backward_bytes(b, tq));
+  }
+
   // ---- decoding ----
 
   State make_state(std::int64_t batch) const { return make_state(batch, options_.max_cache); }

@@ -230,6 +230,24 @@ class AttentionCore {
     }
   }
 
+  /// Arena use of `position` on (b, n) rows of `rotated` heads (kept): the RoPE table and,
+  /// for cosine scores, the inverse norms.
+  std::size_t position_bytes(std::int64_t b, std::int64_t n, int rotated) const {
+    std::size_t bytes = 0;
+    if constexpr (S.rotary_dim > 0) bytes += rope_.table_bytes(n);
+    if constexpr (S.score == Score::cosine) bytes += core::padded_bytes<T>(b * n * rotated);
+    return bytes;
+  }
+
+  /// Arena use of `attend_backward` for a pass of tq queries (released): delta and, for
+  /// cosine scores, the temperature's per-tile partials.
+  static std::size_t attend_backward_bytes(std::int64_t b, std::int64_t tq) {
+    std::size_t bytes = core::padded_bytes<T>(b * S.heads * tq);
+    if constexpr (S.score == Score::cosine)
+      bytes += core::padded_bytes<T>(b * S.heads * kernels::attention::query_tiles(tq));
+    return bytes;
+  }
+
   /// Backward of `position`, in place on the gradients `dheads` of the positioned `heads`.
   void position_backward(const Heads4& dheads, const Heads4& heads, int rotated, const Positions& p) const {
     if constexpr (S.score == Score::cosine) {

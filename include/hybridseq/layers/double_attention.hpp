@@ -127,6 +127,23 @@ class DoubleAttention {
     wqkv_.backward(ws, s.qkv_in, dqkv, dx);
   }
 
+  /// Arena use of `attend` (kept: qkv, positions, o, both lse) and of `attend_backward`
+  /// (dqkv, then the latent pass's scratch or the history's buffer and scratch).
+  core::Footprint attend_workspace(const core::WorkspaceQuery& q) const {
+    const std::int64_t b = q.batch, n = q.time, h = n - M;
+    const std::size_t qkv = core::padded_bytes<T>(b * n * R);
+    const std::size_t history =
+        h > 0 ? core::padded_bytes<T>(b * h * R) + Core::attend_backward_bytes(b, h) : std::size_t{0};
+    return core::Footprint::kept(qkv + core_.position_bytes(b, n, H + Hkv) + core::padded_bytes<T>(b * n * H * Dh) +
+                                     core::padded_bytes<T>(b * H * h) + core::padded_bytes<T>(b * H * M),
+                                 qkv + std::max(Core::attend_backward_bytes(b, M), history));
+  }
+  /// Arena use: `attend`'s; backward holds d_o above attend_backward's.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const core::Footprint a = attend_workspace(q);
+    return core::Footprint::kept(a.saved, core::padded_bytes<T>(q.batch * q.time * H * Dh) + a.backward);
+  }
+
   /// The output projection alone: y (B, t, D) = o (B, t, H·Dh) W_oᵀ (+ b), any t, and its
   /// backward (d_o += …, W_o gradients).
   void project(core::Workspace<Space>& ws, Tensor<const T***, Space> o, Tensor<T***, Space> y,

@@ -131,6 +131,20 @@ class EcpFaithfulAttention {
     to_kv_.backward(ws, s.kv_in, dk, dx);
   }
 
+  /// Arena use for x (B, T, D): forward keeps q, kv, the positions (rotary), o, lse and the
+  /// output's split rows (o_first, o_rest, and y0 / y1 when T > m); backward holds d_o, the
+  /// split gradients, dq, dk, dv and the core's scratch.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::int64_t b = q.batch, n = q.time, m0 = std::min<std::int64_t>(n, M);
+    const auto heads = [&](std::int64_t t) { return core::padded_bytes<T>(b * t * W); };
+    const auto model = [&](std::int64_t t) { return core::padded_bytes<T>(b * t * A.d_model); };
+    const std::size_t split_out = (m0 < n ? model(m0) : 0) + (m0 > 0 && n > m0 ? model(n - m0) : 0);
+    const std::size_t saved = 2 * heads(n) + (rotary_ ? core_.position_bytes(b, n, H) : 0) + heads(n) +
+                              core::padded_bytes<T>(b * H * n) + heads(m0) + heads(n - m0) + split_out;
+    const std::size_t split_grads = model(m0) + heads(m0) + (n > m0 ? model(n - m0) + heads(n - m0) : 0);
+    return core::Footprint::kept(saved, heads(n) + split_grads + 3 * heads(n) + Core::attend_backward_bytes(b, n));
+  }
+
   // ---- decoding: a ring of 2m keys/values ----
 
   State make_state(std::int64_t batch) const {

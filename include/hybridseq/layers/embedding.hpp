@@ -109,6 +109,9 @@ class Embedding {
                          detail::EmbeddingScatter<T, Space>{saved.ids, dy, weight_.template shaped_grad<T**>()});
   }
 
+  /// Arena use: none (the gathered rows are the caller's y).
+  core::Footprint workspace(const core::WorkspaceQuery&) const { return {}; }
+
   template <class Visit>
   void visit_parameters(Visit&& visit) {
     visit("weight", weight_);

@@ -94,6 +94,12 @@ class MlpFfn {
     fc1_.backward(ws, s.fc1, dh, dx);
   }
 
+  /// Arena use: forward keeps h and a, backward holds da and dh, all (B, T, F).
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::size_t hidden = core::padded_bytes<T>(q.batch * q.time * S.f);
+    return core::Footprint::kept(2 * hidden, 2 * hidden);
+  }
+
   template <class Visit>
   void visit_parameters(Visit&& visit) {
     visit("fc1", fc1_);
@@ -163,6 +169,12 @@ class GatedFfn {
         });
     gate_.backward(ws, s.gate_in, dg, dx);
     up_.backward(ws, s.up_in, du, dx);
+  }
+
+  /// Arena use: forward keeps g, u and a, backward holds da, dg and du, all (B, T, F).
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::size_t hidden = core::padded_bytes<T>(q.batch * q.time * S.f);
+    return core::Footprint::kept(3 * hidden, 3 * hidden);
   }
 
   template <class Visit>
@@ -242,6 +254,15 @@ class DualFfn {
   void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     primary_.backward(ws, s.primary, dy, dx);
     auxiliary_.backward(ws, s.auxiliary, dy, dx);
+  }
+
+  /// Arena use: the primary's saves, then the auxiliary output (kept, see forward) under
+  /// the auxiliary's; backward runs one FFN's after the other.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const core::Footprint p = primary_.workspace(q), a = auxiliary_.workspace(q);
+    core::ArenaSteps fwd;
+    fwd.forward(p).hold(core::padded_bytes<T>(q.batch * q.time * d_out)).forward(a);
+    return {fwd.level(), fwd.peak(), std::max(p.backward, a.backward)};
   }
 
   template <class Visit>

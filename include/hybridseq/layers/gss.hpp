@@ -240,6 +240,30 @@ class Gss {
     to_u_.backward(ws, s.to_u, dhu, dx);
   }
 
+  /// Arena use for x (B, T, E) under Options::mixing on q.concurrency threads. Forward keeps
+  /// hu, hv, v, ũ, ys, the norm's saves, the modes (and K for fft), then g and gu; its peak
+  /// is the mixing scratch above the modes. Backward holds dg, dhu, dys, dũ, then either the
+  /// mixing scope (mode gradients, dK and the larger kernel's scratch for fft; the scan's
+  /// scratch) or dv.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::int64_t b = q.batch, t = q.time, rows = b * t;
+    const bool fft = options_.mixing == kernels::DssAlgorithm::fft;
+    const std::size_t wide = core::padded_bytes<T>(rows * F), narrow = core::padded_bytes<T>(rows * H),
+                      k = fft ? core::padded_bytes<T>(t * H) : 0;
+    const std::size_t before_mixing =
+        wide + 4 * narrow + norm_.workspace(q).saved + kernels::dss_modes_bytes<T>(H, N) + k;
+    const std::size_t mixing = fft ? std::max(kernels::dss_kernel_forward_scratch<T>(t, N, options_.kernel_chunk),
+                                              kernels::dss_conv_fft_scratch<T, Space>(b, t, H, q.concurrency, false))
+                                   : 2 * core::padded_bytes<T>(b * H * N);
+    const std::size_t saved = before_mixing + 2 * wide;
+    const std::size_t mixing_backward =
+        kernels::dss_mode_grads_bytes<T>(H, N) +
+        (fft ? k + std::max(kernels::dss_conv_fft_scratch<T, Space>(b, t, H, q.concurrency, true),
+                            kernels::dss_kernel_backward_scratch<T>(t, H, N, options_.kernel_chunk))
+             : kernels::dss_scan_backward_scratch<T>(b, t, H, N, options_.scan_chunk, q.concurrency));
+    return {saved, std::max(saved, before_mixing + mixing), 2 * wide + 2 * narrow + std::max(mixing_backward, narrow)};
+  }
+
   // ---- decoding ---------------------------------------------------------------------------
 
   /// A zero state for `batch` sequences, with the modes discretised from the current parameters.

@@ -42,6 +42,9 @@ class Identity {
         KOKKOS_LAMBDA(std::int64_t i) { fx(i) += fy(i); });
   }
 
+  /// Arena use: none (y and the saved input are the caller's).
+  core::Footprint workspace(const core::WorkspaceQuery&) const { return {}; }
+
   template <class Visit>
   void visit_parameters(Visit&&) {}
 };

@@ -54,6 +54,11 @@ class LayerNorm {
                                    core::as_matrix(dy), core::as_matrix(dx), weight_.grad(), bias_.grad());
   }
 
+  /// Arena use: the saved mean and rstd, one per row (forward's allocations).
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    return core::Footprint::kept(2 * core::padded_bytes<T>(q.batch * q.time));
+  }
+
   template <class Visit>
   void visit_parameters(Visit&& visit) {
     visit("weight", weight_);

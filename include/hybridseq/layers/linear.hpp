@@ -68,6 +68,9 @@ class Linear {
     if constexpr (S.bias) kernels::accumulate_column_sums<T>(exec, g, bias_.grad());
   }
 
+  /// Arena use: none (y and the saved input are the caller's).
+  core::Footprint workspace(const core::WorkspaceQuery&) const { return {}; }
+
   template <class Visit>
   void visit_parameters(Visit&& visit) {
     visit("weight", weight_);

@@ -145,6 +145,16 @@ class LmHeadLoss {
   }
 
   /// Lists "weight" when owned, nothing when shared (its owner lists it).
+  /// Arena use for x (B, T, D): the saved log-sum-exp per row above one chunk of logits
+  /// (forward and backward's scratch). Backward of a batch without a scored target
+  /// allocates nothing; the query assumes one.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::int64_t rows = q.batch * q.time;
+    const std::size_t logits = kernels::lm_head_cross_entropy_scratch<T>(rows, S.vocab, options_.chunk_rows);
+    const std::size_t lse = core::padded_bytes<T>(rows);
+    return {lse, lse + logits, logits};
+  }
+
   template <class Visit>
   void visit_parameters(Visit&& visit) {
     if (weight_) visit("weight", *weight_);

@@ -257,6 +257,19 @@ class Mamba {
     out_proj_.forward(ws, g, y, out_saved);
   }
 
+  /// Arena use for x (B, T, D) on q.concurrency threads: forward keeps xz, conv, u, dbc, dt,
+  /// y and the chunk states, the gate output above them is released; backward holds dxz and
+  /// dg, then the recomputed gate output, later du, ddt, ddbc and the scan's scratch.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::int64_t b = q.batch, t = q.time, rows = b * t;
+    const std::size_t inner = core::padded_bytes<T>(rows * Di), dbc = core::padded_bytes<T>(rows * (R + 2 * N));
+    const std::size_t saved = core::padded_bytes<T>(rows * 2 * Di) + 4 * inner + dbc +
+                              core::padded_bytes<T>(b * kernels::scan_chunks(t, options_.scan_chunk) * Di * N);
+    const std::size_t scan =
+        2 * inner + dbc + kernels::selective_scan_backward_scratch<N, T>(b, t, Di, options_.scan_chunk, q.concurrency);
+    return {saved, saved + inner, core::padded_bytes<T>(rows * 2 * Di) + inner + std::max(inner, scan)};
+  }
+
   /// Accumulates dx += ∂L/∂x and every parameter gradient from dy = ∂L/∂y.
   void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     const char* api = "hybridseq::layers::Mamba::backward";

@@ -48,6 +48,11 @@ class RmsNorm {
                                  core::as_matrix(dx), weight_.grad());
   }
 
+  /// Arena use: the saved rstd, one per row (forward's allocation).
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    return core::Footprint::kept(core::padded_bytes<T>(q.batch * q.time));
+  }
+
   template <class Visit>
   void visit_parameters(Visit&& visit) {
     visit("weight", weight_);

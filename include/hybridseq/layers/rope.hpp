@@ -57,6 +57,8 @@ class RotaryEmbedding {
     kernels::rope_table<T>(Space{}, base_, offset, rotary_, t.cos, t.sin);
     return t;
   }
+  /// Arena use of `table(ws, time, ·)`: cos and sin, (time, rotary_dim / 2) each.
+  std::size_t table_bytes(std::int64_t time) const { return 2 * core::padded_bytes<T>(time * (rotary_ / 2)); }
   /// Turns the first `rotated` heads forward by the table's angles (rotated < 0: all heads).
   void rotate(const Heads4& heads, int rotated, const Table& t) const {
     kernels::rope_apply<T, false>(Space{}, heads, heads, t.cos, t.sin, rotary_, false, rotated);
@@ -128,6 +130,11 @@ class Rope {
   void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     check(dy, dx, "backward", "dx");
     rope_.unrotate_into(heads(dy), heads(dx), saved.table);
+  }
+
+  /// Arena use: the saved table (forward_at's allocation).
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    return core::Footprint::kept(rope_.table_bytes(q.time));
   }
 
   template <class Visit>

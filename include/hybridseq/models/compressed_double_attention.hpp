@@ -137,6 +137,22 @@ class CompressedDoubleBlock {
     ffn_.forward(ws, s.z, y, s.ffn);
   }
 
+  /// Arena use for x (B, n, D): normed under the norm's and the attention's saves, oc and z
+  /// (the compressed residual xc released above them), then the FFN residual's on C + M
+  /// rows; backward holds dz, doc, d_o and dnormed in turn.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::int64_t b = q.batch, n = q.time;
+    const std::size_t model_n = core::padded_bytes<T>(b * n * S.d_model),
+                      model_c = core::padded_bytes<T>(b * (C + M) * S.d_model),
+                      heads_n = core::padded_bytes<T>(b * n * W), heads_c = core::padded_bytes<T>(b * (C + M) * W);
+    const core::Footprint norm = norm_.workspace(q), attn = attn_.attend_workspace(q),
+                          ffn = ffn_.workspace(q.at_time(C + M));
+    core::ArenaSteps fwd, bwd;
+    fwd.hold(model_n).forward(norm).forward(attn).hold(heads_c).hold(model_c).run(model_c).forward(ffn);
+    bwd.hold(model_c).backward(ffn).hold(heads_c).hold(heads_n).hold(model_n).backward(attn).backward(norm);
+    return {fwd.level(), fwd.peak(), bwd.peak()};
+  }
+
   void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     const std::int64_t b = s.x.extent(0), n = s.x.extent(1);
     core::check_shape("hybridseq::models::CompressedDoubleBlock::backward", "dx", dx, core::dim(b), core::dim(n),
@@ -252,6 +268,23 @@ class CompressedDoubleBody {
       layers_->forward(ws, s.h, s.g, s.layers);
     }
     core::copy_time<T, Space>(s.g, C, y, 0, M);
+  }
+
+  /// Arena use for x (B, n, D): h (B, C + M, D) under the first block's saves, then g under
+  /// the later layers' (on C + M rows); backward holds dg (and dh) likewise.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::size_t rows = core::padded_bytes<T>(q.batch * (C + M) * S.d_model);
+    const core::Footprint first = first_.workspace(q);
+    core::ArenaSteps fwd, bwd;
+    fwd.hold(rows).forward(first);
+    bwd.hold(rows);
+    if (layers_) {
+      const core::Footprint later = layers_->workspace(q.at_time(C + M));
+      fwd.hold(rows).forward(later);
+      bwd.hold(rows).backward(later);
+    }
+    bwd.backward(first);
+    return {fwd.level(), fwd.peak(), bwd.peak()};
   }
 
   void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {

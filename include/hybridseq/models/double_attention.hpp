@@ -105,6 +105,13 @@ class DoubleAttentionBody {
     blocks_.forward(ws, x, s.h, s.blocks);
     core::copy_time<T, Space>(s.h, n - M, y, 0, M);
   }
+  /// Arena use for x (B, n, D): h (B, n, D) held under the blocks' (forward) and dh under theirs (backward).
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::size_t h = core::padded_bytes<T>(q.batch * q.time * S.d_model);
+    const core::Footprint f = blocks_.workspace(q);
+    return {h + f.saved, h + f.forward, h + f.backward};
+  }
+
   void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     core::WorkspaceScope scope(ws);
     const std::int64_t n = s.h.extent(1);

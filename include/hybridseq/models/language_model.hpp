@@ -184,6 +184,36 @@ class LanguageModel {
     head_.logits(s.y, out, head_weight());
   }
 
+  // ---- workspace queries (core::Footprint; sizes in the arena's padded bytes) ----
+
+  /// Arena use of forward (the loss) and backward for ids (q.batch, q.time): forward holds
+  /// x, h, y (and the last targets) under the children's saves, the head's scratch on top;
+  /// backward holds dy, dh, dx while the head's, the norm's and the body's backwards run.
+  /// q.training: a training pass (the Trainer's); false: evaluate.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::int64_t r = logit_time(q.time);
+    const core::WorkspaceQuery rows = q.at_time(r);
+    const core::Footprint body = body_.workspace(q), norm = norm_.workspace(rows), head = head_.workspace(rows);
+    const std::size_t x = core::padded_bytes<T>(q.batch * q.time * d_model),
+                      y = core::padded_bytes<T>(q.batch * r * d_model);
+    core::ArenaSteps fwd = features_steps(q);
+    fwd.hold(r == q.time ? 0 : core::padded_bytes<std::int32_t>(q.batch * r)).forward(head);
+    core::ArenaSteps bwd;
+    bwd.hold(y).backward(head).hold(y).backward(norm).hold(x).backward(body);
+    return {fwd.level(), fwd.peak(), bwd.peak()};
+  }
+  /// Peak of one `train_step` (forward, loss, backward) in a training pass: size the arena
+  /// with it and it never grows (the Trainer's per micro-batch).
+  std::size_t training_workspace(std::int64_t batch, std::int64_t time, int concurrency) const {
+    return workspace({batch, time, concurrency, true}).training_peak();
+  }
+  /// Peak of `logits` for ids (q.batch, q.time) (an inference pass: q.training is ignored).
+  std::size_t logits_workspace(const core::WorkspaceQuery& q) const {
+    core::WorkspaceQuery inference = q;
+    inference.training = false;
+    return features_steps(inference).peak();
+  }
+
   // ---- decoding: available when the body decodes ----
   static constexpr bool decodable = core::DecodableBranch<Body>;
   struct State {
@@ -288,6 +318,18 @@ class LanguageModel {
         "hybridseq::models::LanguageModel::last_targets", Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>({0, 0}, {b, r}),
         KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { to(i, j) = from(i, t - r + j); });
     return head_.forward(ws, s.y, s.targets, s.head, head_weight());
+  }
+
+  /// `features`' arena use: x, h and y held under the body's and the norm's saves.
+  core::ArenaSteps features_steps(const core::WorkspaceQuery& q) const {
+    const std::int64_t r = logit_time(q.time);
+    core::ArenaSteps steps;
+    steps.hold(core::padded_bytes<T>(q.batch * q.time * d_model))
+        .hold(core::padded_bytes<T>(q.batch * r * d_model))
+        .forward(body_.workspace(q))
+        .hold(core::padded_bytes<T>(q.batch * r * d_model))
+        .forward(norm_.workspace(q.at_time(r)));
+    return steps;
   }
 
   void features(core::Workspace<Space>& ws, TokenIds<Space> ids, Saved& s) const {

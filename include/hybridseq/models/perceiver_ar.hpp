@@ -126,6 +126,19 @@ class PerceiverCrossBlock {
     ffn_.forward(ws, s.h, y, s.ffn);
   }
 
+  /// Arena use for x (B, n, D): normed (B, n, D) and h (B, M, D) held under the norm's and
+  /// the cross-attention's saves, then the FFN residual's on the M latents; backward holds
+  /// dh, then dnormed.
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const std::size_t normed = core::padded_bytes<T>(q.batch * q.time * S.d_model),
+                      h = core::padded_bytes<T>(q.batch * M * S.d_model);
+    const core::Footprint n = norm_.workspace(q), a = attn_.workspace(q), f = ffn_.workspace(q.at_time(M));
+    core::ArenaSteps fwd, bwd;
+    fwd.hold(normed).forward(n).hold(h).forward(a).forward(f);
+    bwd.hold(h).backward(f).hold(normed).backward(a).backward(n);
+    return {fwd.level(), fwd.peak(), bwd.peak()};
+  }
+
   /// dy (B, M, D) → dx (B, n, D) (accumulated), parameter gradients accumulated.
   void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     core::WorkspaceScope scope(ws);
@@ -256,6 +269,19 @@ class PerceiverArBody {
     s.h = ws.template allocate<T***>("perceiver.h", x.extent(0), M, S.d_model);
     cross_.forward(ws, x, s.h, s.cross);
     latent_->forward(ws, s.h, y, s.latent);
+  }
+
+  /// Arena use for x (B, n, D): the cross block's alone, or h (B, M, D) held under it and
+  /// the latent blocks on the M latents (dh under their backward).
+  core::Footprint workspace(const core::WorkspaceQuery& q) const {
+    const core::Footprint cross = cross_.workspace(q);
+    if (!latent_) return cross;
+    const std::size_t h = core::padded_bytes<T>(q.batch * M * S.d_model);
+    const core::Footprint latent = latent_->workspace(q.at_time(M));
+    core::ArenaSteps fwd, bwd;
+    fwd.hold(h).forward(cross).forward(latent);
+    bwd.hold(h).backward(latent).backward(cross);
+    return {fwd.level(), fwd.peak(), bwd.peak()};
   }
 
   void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
