@@ -439,7 +439,7 @@ void check_workspace() {
         h.layer.evaluate(h.ws, h.ids, h.targets);
         CHECK(h.ws.peak_bytes() == h.layer.workspace(inference).forward);
         h.ws = core::Workspace<Space>();
-        Tensor<T***, Space> logits("logits", b, logit_rows<L>(t), L::vocab);
+        Tensor<T***, Space> logits("logits", b, logit_rows<L>(t), h.layer.vocab_size());
         h.layer.logits(h.ws, h.ids, logits);
         CHECK(h.ws.peak_bytes() == h.layer.logits_workspace(inference));
         CHECK(h.ws.bytes_in_use() == 0);

@@ -150,7 +150,7 @@ class LmHeadLoss {
   /// allocates nothing; the query assumes one.
   core::Footprint workspace(const core::WorkspaceQuery& q) const {
     const std::int64_t rows = q.batch * q.time;
-    const std::size_t logits = kernels::lm_head_cross_entropy_scratch<T>(rows, S.vocab, options_.chunk_rows);
+    const std::size_t logits = kernels::lm_head_cross_entropy_scratch<T>(rows, vocab_, options_.chunk_rows);
     const std::size_t lse = core::padded_bytes<T>(rows);
     return {lse, lse + logits, logits};
   }
