@@ -23,18 +23,19 @@ constexpr const char* name_of(Activation a) {
   return i < names.size() ? names[i] : "?";
 }
 
-/// f(x) and f'(x) for activation A.
+/// f(x) and f'(x) for activation A. Force-inlined: an element-wise loop vectorises only when
+/// they are (in a large translation unit the inliner's budget would otherwise keep a call).
 template <Activation A>
 struct ActivationFn;
 
 template <>
 struct ActivationFn<Activation::identity> {
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T value(T x) {
+  KOKKOS_FORCEINLINE_FUNCTION static T value(T x) {
     return x;
   }
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T derivative(T) {
+  KOKKOS_FORCEINLINE_FUNCTION static T derivative(T) {
     return T(1);
   }
 };
@@ -45,18 +46,18 @@ struct ActivationFn<Activation::identity> {
 template <>
 struct ActivationFn<Activation::gelu> {
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T cdf(T x) {
+  KOKKOS_FORCEINLINE_FUNCTION static T cdf(T x) {
     if constexpr (std::is_same_v<T, float>)
       return normal_cdf_polynomial(x);
     else
       return T(0.5) * (T(1) + math::erf(x * T(0.70710678118654752440)));
   }
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T value(T x) {
+  KOKKOS_FORCEINLINE_FUNCTION static T value(T x) {
     return x * cdf(x);
   }
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T derivative(T x) {
+  KOKKOS_FORCEINLINE_FUNCTION static T derivative(T x) {
     const T pdf = T(0.39894228040143267794) * exp_in_loop(T(-0.5) * x * x);
     return cdf(x) + x * pdf;
   }
@@ -65,12 +66,12 @@ struct ActivationFn<Activation::gelu> {
 template <>
 struct ActivationFn<Activation::gelu_tanh> {
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T value(T x) {
+  KOKKOS_FORCEINLINE_FUNCTION static T value(T x) {
     const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
     return T(0.5) * x * (T(1) + math::tanh(u));
   }
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T derivative(T x) {
+  KOKKOS_FORCEINLINE_FUNCTION static T derivative(T x) {
     const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
     const T th = math::tanh(u);
     const T du = T(0.79788456080286535588) * (T(1) + T(3 * 0.044715) * x * x);
@@ -81,15 +82,15 @@ struct ActivationFn<Activation::gelu_tanh> {
 template <>
 struct ActivationFn<Activation::silu> {
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T sigmoid(T x) {
+  KOKKOS_FORCEINLINE_FUNCTION static T sigmoid(T x) {
     return T(1) / (T(1) + math::exp(-x));
   }
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T value(T x) {
+  KOKKOS_FORCEINLINE_FUNCTION static T value(T x) {
     return x * sigmoid(x);
   }
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T derivative(T x) {
+  KOKKOS_FORCEINLINE_FUNCTION static T derivative(T x) {
     const T s = sigmoid(x);
     return s * (T(1) + x * (T(1) - s));
   }
@@ -99,11 +100,11 @@ template <>
 struct ActivationFn<Activation::softplus> {
   static constexpr double threshold = 20;  // PyTorch's default: linear above it
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T value(T x) {
+  KOKKOS_FORCEINLINE_FUNCTION static T value(T x) {
     return x > T(threshold) ? x : math::log1p(math::exp(x));
   }
   template <class T>
-  KOKKOS_INLINE_FUNCTION static T derivative(T x) {
+  KOKKOS_FORCEINLINE_FUNCTION static T derivative(T x) {
     return x > T(threshold) ? T(1) : T(1) / (T(1) + math::exp(-x));
   }
 };
@@ -113,13 +114,13 @@ template <Activation A, class T, class Space>
 struct ActivationForward {
   Tensor<const T*, Space> x;
   Tensor<T*, Space> y;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { y(i) = ActivationFn<A>::value(x(i)); }
+  KOKKOS_FORCEINLINE_FUNCTION void operator()(const std::int64_t i) const { y(i) = ActivationFn<A>::value(x(i)); }
 };
 template <Activation A, class T, class Space>
 struct ActivationBackward {
   Tensor<const T*, Space> x, dy;
   Tensor<T*, Space> dx;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+  KOKKOS_FORCEINLINE_FUNCTION void operator()(const std::int64_t i) const {
     dx(i) += dy(i) * ActivationFn<A>::derivative(x(i));
   }
 };
