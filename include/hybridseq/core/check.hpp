@@ -67,6 +67,15 @@ void check_shape(std::string_view api, std::string_view name, const View& v, Dim
 }
 
 /// Checks that two tensors have identical extents (e.g. y and dy).
+/// A sequence layer's input x (B, T, d_in) and output `y_name` (B, T, d_out) with x's B and T,
+/// for the call `api` (the check every layer's forward and backward start with).
+template <class X, class Y>
+void check_sequence_io(std::string_view api, const X& x, std::int64_t d_in, std::string_view y_name, const Y& y,
+                       std::int64_t d_out) {
+  check_shape(api, "x", x, B, T, dim(d_in));
+  check_shape(api, y_name, y, dim(x.extent(0)), dim(x.extent(1)), dim(d_out));
+}
+
 template <class ViewA, class ViewB>
 void check_same_shape(std::string_view api, std::string_view name_a, const ViewA& a, std::string_view name_b,
                       const ViewB& b) {

@@ -82,6 +82,18 @@ concept PositionWise = requires {
   requires L::position_wise;
 };
 
+/// What a position-wise layer of width D declares (a base of the norms, Identity and the
+/// activation layer): scalar type, space, d_in = d_out = D, and position_wise.
+template <int D, Scalar T, ExecutionSpace Space>
+struct PositionWiseLayer {
+  static_assert(D > 0, "hybridseq::layers: a position-wise layer's width must be positive");
+  using scalar_type = T;
+  using execution_space = Space;
+  static constexpr int d_in = D;
+  static constexpr int d_out = D;
+  static constexpr bool position_wise = true;  // decodes by forward: no state across time
+};
+
 /// A sequence layer (B, T, d_in) → (B, T, d_out) with a forward pass.
 template <class L>
 concept Branch = Module<L> && HasWidths<L> && requires {

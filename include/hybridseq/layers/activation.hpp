@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../core/check.hpp"
+#include "../core/concepts.hpp"
 #include "../core/workspace.hpp"
 #include "../kernels/activations.hpp"
 
@@ -14,14 +15,8 @@ using kernels::Activation;
 
 /// y (B, T, D) = f(x (B, T, D)) elementwise. No parameters.
 template <Activation A, int D, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class ActivationLayer {
+class ActivationLayer : public core::PositionWiseLayer<D, T, Space> {
  public:
-  using scalar_type = T;
-  using execution_space = Space;
-  static constexpr int d_in = D;
-  static constexpr int d_out = D;
-  static constexpr bool position_wise = true;  // decodes by forward: no state across time
-
   struct Options {};
   struct Saved {
     Tensor<const T***, Space> x;  // (B, T, D)
@@ -50,9 +45,8 @@ class ActivationLayer {
  private:
   template <class X, class Y>
   static void check(const X& x, const Y& y, const char* op, const char* yname) {
-    const std::string api = std::string("hybridseq::layers::ActivationLayer<") + kernels::name_of(A) + ">::" + op;
-    core::check_shape(api, "x", x, core::B, core::T, core::dim(D));
-    core::check_shape(api, yname, y, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(D));
+    core::check_sequence_io(std::string("hybridseq::layers::ActivationLayer<") + kernels::name_of(A) + ">::" + op, x, D,
+                            yname, y, D);
   }
 };
 

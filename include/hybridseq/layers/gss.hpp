@@ -345,9 +345,7 @@ class Gss {
  private:
   template <class X, class Y>
   static void check(const X& x, const Y& y, const char* op, const char* yname) {
-    const std::string api = std::string("hybridseq::layers::Gss::") + op;
-    core::check_shape(api, "x", x, core::B, core::T, core::dim(E));
-    core::check_shape(api, yname, y, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(E));
+    core::check_sequence_io(std::string("hybridseq::layers::Gss::") + op, x, E, yname, y, E);
   }
 
   void discretize(const Space& exec, const kernels::DssModes<T, Space>& modes) const {

@@ -4,21 +4,15 @@
 /// GPT-NeoX's `x + Attn(LN1(x)) + MLP(LN2(x))` is ParallelBlock<SumMixer<3>, Identity, …>.
 
 #include "../core/check.hpp"
+#include "../core/concepts.hpp"
 #include "../core/spaces.hpp"
 #include "../core/workspace.hpp"
 
 namespace hybridseq::layers {
 
 template <int D, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class Identity {
-  static_assert(D > 0, "hybridseq::layers::Identity: width must be positive");
-
+class Identity : public core::PositionWiseLayer<D, T, Space> {
  public:
-  using scalar_type = T;
-  using execution_space = Space;
-  static constexpr int d_in = D;
-  static constexpr int d_out = D;
-  static constexpr bool position_wise = true;
   static constexpr bool skip_path = true;  // ParallelBlock never drops it (Options::dropout)
 
   struct Options {};

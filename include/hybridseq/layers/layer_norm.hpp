@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../core/check.hpp"
+#include "../core/concepts.hpp"
 #include "../core/parameter.hpp"
 #include "../core/workspace.hpp"
 #include "../kernels/norms.hpp"
@@ -13,16 +14,8 @@ namespace hybridseq::layers {
 
 /// y (B, T, D) = LayerNorm(x (B, T, D)); gain g (D) starts at 1, bias b (D) at 0.
 template <int D, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class LayerNorm {
-  static_assert(D > 0, "hybridseq::layers::LayerNorm: width must be positive");
-
+class LayerNorm : public core::PositionWiseLayer<D, T, Space> {
  public:
-  using scalar_type = T;
-  using execution_space = Space;
-  static constexpr int d_in = D;
-  static constexpr int d_out = D;
-  static constexpr bool position_wise = true;  // decodes by forward: no state across time
-
   struct Options {
     double eps = 1e-5;
   };
@@ -68,9 +61,7 @@ class LayerNorm {
  private:
   template <class X, class Y>
   static void check(const X& x, const Y& y, const char* op, const char* yname) {
-    const std::string api = std::string("hybridseq::layers::LayerNorm::") + op;
-    core::check_shape(api, "x", x, core::B, core::T, core::dim(D));
-    core::check_shape(api, yname, y, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(D));
+    core::check_sequence_io(std::string("hybridseq::layers::LayerNorm::") + op, x, D, yname, y, D);
   }
 
   T eps_;

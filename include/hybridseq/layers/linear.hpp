@@ -98,9 +98,7 @@ class Linear {
  private:
   template <class X, class Y>
   static void check(const X& x, const Y& y, const char* op, const char* yname) {
-    const std::string api = std::string("hybridseq::layers::Linear::") + op;
-    core::check_shape(api, "x", x, core::B, core::T, core::dim(S.in));
-    core::check_shape(api, yname, y, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(S.out));
+    core::check_sequence_io(std::string("hybridseq::layers::Linear::") + op, x, S.in, yname, y, S.out);
   }
 
   core::Parameter<T, Space> weight_;  // (out, in)

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../core/check.hpp"
+#include "../core/concepts.hpp"
 #include "../core/parameter.hpp"
 #include "../core/workspace.hpp"
 #include "../kernels/norms.hpp"
@@ -13,16 +14,8 @@ namespace hybridseq::layers {
 
 /// y (B, T, D) = RMSNorm(x (B, T, D)) with a learnable gain g (D), initialised to 1.
 template <int D, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class RmsNorm {
-  static_assert(D > 0, "hybridseq::layers::RmsNorm: width must be positive");
-
+class RmsNorm : public core::PositionWiseLayer<D, T, Space> {
  public:
-  using scalar_type = T;
-  using execution_space = Space;
-  static constexpr int d_in = D;
-  static constexpr int d_out = D;
-  static constexpr bool position_wise = true;  // decodes by forward: no state across time
-
   struct Options {
     double eps = 1e-6;
   };
@@ -61,9 +54,7 @@ class RmsNorm {
  private:
   template <class X, class Y>
   static void check(const X& x, const Y& y, const char* op, const char* yname) {
-    const std::string api = std::string("hybridseq::layers::RmsNorm::") + op;
-    core::check_shape(api, "x", x, core::B, core::T, core::dim(D));
-    core::check_shape(api, yname, y, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(D));
+    core::check_sequence_io(std::string("hybridseq::layers::RmsNorm::") + op, x, D, yname, y, D);
   }
 
   T eps_;

@@ -151,9 +151,7 @@ class Rope {
 
   template <class X, class Y>
   static void check(const X& x, const Y& y, const char* op, const char* yname) {
-    const std::string api = std::string("hybridseq::layers::Rope::") + op;
-    core::check_shape(api, "x", x, core::B, core::T, core::dim(d_in));
-    core::check_shape(api, yname, y, core::dim(x.extent(0)), core::dim(x.extent(1)), core::dim(d_in));
+    core::check_sequence_io(std::string("hybridseq::layers::Rope::") + op, x, d_in, yname, y, d_in);
   }
 
   Embedding rope_;
