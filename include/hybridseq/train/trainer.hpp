@@ -128,9 +128,9 @@ class Trainer {
         if (batch.ids.extent(0) == 0 || batch.ids.extent(1) == 0)
           fail<value_error>(api, "step ", step_ + 1, " micro-batch ", micro, " is empty (", batch.ids.extent(0), " x ",
                             batch.ids.extent(1), " tokens)");
-        if constexpr (requires { model_.training_workspace(1, 1, 1); })  // sized up front: it never grows
-          ws_.reserve(
-              model_.training_workspace(batch.ids.extent(0), batch.ids.extent(1), core::compat::concurrency(Space{})));
+        // Sized up front, so the step never grows the arena (a no-op once it is large enough).
+        ws_.reserve(
+            model_.training_workspace(batch.ids.extent(0), batch.ids.extent(1), core::compat::concurrency(Space{})));
         core::TrainingPass training(ws_, options_.data_seed,
                                     std::uint64_t(step_) * std::uint64_t(options_.accumulation) + std::uint64_t(micro));
         loss += double(model_.train_step(ws_, batch.ids, batch.targets, T(1) / T(options_.accumulation)));
