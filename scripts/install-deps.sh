@@ -15,6 +15,7 @@ packages=(
   libopenblas0-openmp    # OpenBLAS sharing Kokkos' OpenMP thread pool
   libcli11-dev           # command-line parsing for examples and tools
   nlohmann-json3-dev     # the safetensors header (io/), JSON results of the examples
+  openmpi-bin libopenmpi-dev  # Open MPI: data-parallel training (parallel/mpi.hpp) and its mpirun tests
   dpkg-dev               # apt-get source needs dpkg-source to exist
   xz-utils
 )

@@ -13,16 +13,42 @@
 ///
 /// One thread per process calls the library (core/threads.hpp): a Trainer constructed or run
 /// from another thread is refused with a config_error.
+///
+/// Data-parallel training: given a communicator (parallel/communicator.hpp; e.g. parallel::Mpi
+/// from parallel/mpi.hpp), every rank holds the whole model and trains its share of every step.
+/// `accumulation` is then the number of *global* micro-batches of a step, and rank r of P
+/// trains micro-batches [r·A/P, (r+1)·A/P) of them — its shard is a function of (data seed,
+/// step, rank), so nothing but the step needs saving and a run resumes on any number of ranks
+/// (A must divide by P). Each micro-batch's gradient is computed alone (from zero) and the
+/// step's gradient is their sum in one fixed pairwise order over the micro-batch index: a
+/// balanced binary tree, built on each rank over its own micro-batches and across ranks by the
+/// communicator's sum_tree. With A/P and P powers of two that tree is the same for every P, so
+/// 1, 2, 4, … ranks with the same global batch give bit-identical losses and parameters (with
+/// other splits the order still is fixed for a given P: runs repeat exactly; across P they
+/// agree to rounding). After the sum every rank holds the same global gradient, so the norm
+/// and clipping are global and every rank takes the same optimizer step; the step's loss is the
+/// mean of all A micro-batch losses, added in micro-batch order, the same on every rank.
+/// At construction the ranks check that they agree on the model (parameter count, tensor
+/// count, a hash of the names and shapes) and on the options that must match. Rank 0 alone
+/// reports progress and writes checkpoints (recording the world size); every rank reads the
+/// checkpoint it resumes from, so the path must be on a file system all ranks share.
+/// Without a communicator (parallel::SingleProcess) the loop is the plain one: micro-batch
+/// gradients accumulate in the kernels.
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <span>
 #include <string>
+#include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include "../core/concepts.hpp"
@@ -31,6 +57,7 @@
 #include "../core/threads.hpp"
 #include "../core/workspace.hpp"
 #include "../io/safetensors.hpp"
+#include "../parallel/communicator.hpp"
 #include "../tasks/to_device.hpp"
 #include "adamw.hpp"
 #include "checkpoint.hpp"
@@ -46,7 +73,7 @@ using TokenBatch = tasks::TokenBatch<Space>;
 
 struct TrainerOptions {
   std::int64_t steps = 1000;  // optimizer steps; must equal schedule.total_steps
-  int accumulation = 1;       // micro-batches per step; the step's loss is their mean
+  int accumulation = 1;       // micro-batches per step (over all ranks); the step's loss is their mean
   double clip = 1.0;          // global gradient-norm bound; 0 disables clipping
   Schedule schedule{};        // the learning rate of every step (the optimizer has none of its own)
   AdamWOptions adamw{};
@@ -70,23 +97,57 @@ struct StepLog {
 
 struct TrainSummary {
   std::vector<StepLog> log;
-  std::int64_t tokens = 0;
+  std::int64_t tokens = 0;  // input tokens of this run, over all ranks
   double seconds = 0;
   bool stopped = false;  // stop_requested() ended the run before `until`
   double tokens_per_second() const { return seconds > 0 ? double(tokens) / seconds : 0; }
 };
 
+namespace detail {
+/// FNV-1a over the parameters' names, sizes and element sizes: ranks compare it to find out
+/// whether they built the same model.
 template <class Model>
+std::uint64_t parameter_fingerprint(Model& model) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* data, std::size_t bytes) {
+    for (std::size_t i = 0; i < bytes; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ull;
+  };
+  core::for_each_parameter(model, [&](std::string_view name, auto& p) {
+    const std::int64_t numel = p.numel();
+    const std::size_t element = sizeof(typename std::remove_reference_t<decltype(p)>::scalar_type);
+    mix(name.data(), name.size());
+    mix(&numel, sizeof numel);
+    mix(&element, sizeof element);
+  });
+  return h;
+}
+
+/// left ← left + right: the step of a fixed summation tree (floating-point addition is
+/// commutative but not associative, so only the grouping decides the bits).
+template <class Space, class View>
+void add_into(const View& left, const View& right) {
+  Kokkos::parallel_for(
+      "hybridseq::train::Trainer::sum", Kokkos::RangePolicy<Space>(0, left.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) { left(i) = left(i) + right(i); });
+}
+}  // namespace detail
+
+template <class Model, parallel::Communicator Comm = parallel::SingleProcess>
 class Trainer {
   static_assert(core::require_trainable_branch<typename Model::body_type>(),
                 "hybridseq::train::Trainer: the model's body must be trainable");
+  static constexpr bool distributed = !std::is_same_v<Comm, parallel::SingleProcess>;
 
  public:
   using Space = typename Model::execution_space;
   using T = typename Model::scalar_type;
 
-  Trainer(Model& model, const TrainerOptions& options)
-      : thread_check_("hybridseq::train::Trainer"), model_(model), options_(options), optimizer_(model, options.adamw) {
+  Trainer(Model& model, const TrainerOptions& options, Comm comm = {})
+      : thread_check_("hybridseq::train::Trainer"),
+        model_(model),
+        options_(options),
+        optimizer_(model, options.adamw),
+        comm_(std::move(comm)) {
     constexpr const char* api = "hybridseq::train::Trainer";
     core::check_parameters_usable(model, api);
     if (options.steps < 1) fail<value_error>(api, "steps must be >= 1, got ", options.steps);
@@ -104,13 +165,16 @@ class Trainer {
       if (std::filesystem::is_directory(options.checkpoint, ec))
         fail<io_error>(api, "checkpoint path ", options.checkpoint.string(), " is a directory");
       // A temporary file left by a write that was killed is garbage: the checkpoint itself is
-      // the last complete one.
-      io::remove_stale_temporary(options.checkpoint);
+      // the last complete one. Only its writer removes it (another rank could race the writer).
+      if (comm_.rank() == 0) io::remove_stale_temporary(options.checkpoint);
     }
+    if constexpr (distributed) check_ranks_agree(api);
   }
 
   /// Trains from the current step up to `until` (default: options.steps). Throws value_error
-  /// naming the step if a loss or the gradient norm is not finite.
+  /// naming the step if a loss or the gradient norm is not finite. With a communicator, every
+  /// rank must call it with the same `until` and a source that gives every rank the same
+  /// micro-batch for the same (step, micro).
   template <class Source>
   TrainSummary run(Source&& source, std::int64_t until = -1) {
     constexpr const char* api = "hybridseq::train::Trainer::run";
@@ -120,30 +184,19 @@ class Trainer {
     const auto start = std::chrono::steady_clock::now();
     const std::int64_t start_step = step_;
     for (; step_ < end; ++step_) {
-      core::zero_grad(model_);
-      double loss = 0;
-      for (int micro = 0; micro < options_.accumulation; ++micro) {
-        const TokenBatch<Space> batch = source(step_, micro);
-        // An empty batch would "train" on loss 0 and report it as a result.
-        if (batch.ids.extent(0) == 0 || batch.ids.extent(1) == 0)
-          fail<value_error>(api, "step ", step_ + 1, " micro-batch ", micro, " is empty (", batch.ids.extent(0), " x ",
-                            batch.ids.extent(1), " tokens)");
-        // Sized up front, so the step never grows the arena (a no-op once it is large enough).
-        ws_.reserve(
-            model_.training_workspace(batch.ids.extent(0), batch.ids.extent(1), core::compat::concurrency(Space{})));
-        core::TrainingPass training(ws_, options_.data_seed,
-                                    std::uint64_t(step_) * std::uint64_t(options_.accumulation) + std::uint64_t(micro));
-        loss += double(model_.train_step(ws_, batch.ids, batch.targets, T(1) / T(options_.accumulation)));
-        summary.tokens += std::int64_t(batch.ids.size());
-      }
-      loss /= options_.accumulation;
+      bool stop = false;
+      double loss;
+      if constexpr (distributed)
+        loss = shard_gradients(source, summary, stop);
+      else
+        loss = gradients(source, summary);
       const double norm = options_.clip > 0 ? clip_gradient_norm(model_, options_.clip) : gradient_norm(model_);
       if (!std::isfinite(loss) || !std::isfinite(norm))
         fail<value_error>(api, "non-finite training at step ", step_ + 1, ": loss ", loss, ", gradient norm ", norm);
       const double lr = options_.schedule(step_);
       optimizer_.step(lr);
       summary.log.push_back({step_ + 1, loss, lr, norm});
-      if (options_.progress)
+      if (options_.progress && comm_.rank() == 0)
         options_.progress({.step = step_ + 1,
                            .total = options_.steps,
                            .start_step = start_step,
@@ -155,7 +208,8 @@ class Trainer {
                            .elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
       const bool periodic = options_.checkpoint_every > 0 && (step_ + 1) % options_.checkpoint_every == 0;
       if (!options_.checkpoint.empty() && periodic) save(options_.checkpoint, step_ + 1);
-      if (options_.stop_requested && options_.stop_requested()) {
+      if constexpr (!distributed) stop = options_.stop_requested && options_.stop_requested();
+      if (stop) {
         summary.stopped = true;
         ++step_;
         if (!options_.checkpoint.empty() && !periodic) save(options_.checkpoint, step_);
@@ -168,41 +222,243 @@ class Trainer {
     return summary;
   }
 
-  /// Saves parameters, optimizer state, step and data seed.
+  /// Saves parameters, optimizer state, step and data seed (with a communicator: rank 0
+  /// writes, every rank must call it, and every rank throws if the write failed).
   void save(const std::filesystem::path& path) { save(path, step_); }
 
   /// Restores a checkpoint written by `save`; the next `run` continues from its step. All or
   /// nothing: a checkpoint of another model, data stream or length of training is refused
-  /// before the model, the optimizer or the step change.
+  /// before the model, the optimizer or the step change — with a communicator, on every rank
+  /// if any rank refuses it. A checkpoint written by any number of ranks resumes on any other.
   void resume(const std::filesystem::path& path) {
     constexpr const char* api = "hybridseq::train::Trainer::resume";
     core::check_library_thread<Space>(api);
-    auto staged = stage_checkpoint(path, model_, optimizer_, api);
-    const CheckpointInfo& info = staged.info;
-    if (info.data_seed != options_.data_seed)
-      fail<config_error>(api, path.string(), " was trained with data seed ", info.data_seed, ", this trainer uses ",
-                         options_.data_seed);
-    if (info.step > options_.steps)
-      fail<config_error>(api, path.string(), " is at step ", info.step, ", beyond this trainer's ", options_.steps,
-                         " steps");
+    std::exception_ptr refused;
+    std::int64_t step = -1;
+    StagedCheckpoint staged;
+    try {
+      staged = stage_checkpoint(path, model_, optimizer_, api);
+      const CheckpointInfo& info = staged.info;
+      if (info.data_seed != options_.data_seed)
+        fail<config_error>(api, path.string(), " was trained with data seed ", info.data_seed, ", this trainer uses ",
+                           options_.data_seed);
+      if (info.step > options_.steps)
+        fail<config_error>(api, path.string(), " is at step ", info.step, ", beyond this trainer's ", options_.steps,
+                           " steps");
+      step = info.step;
+    } catch (...) {
+      if constexpr (!distributed) throw;
+      refused = std::current_exception();
+    }
+    if constexpr (distributed) {
+      // Every rank read the file; all apply it or none does.
+      const std::vector<double> steps = gather({double(step)});
+      if (refused) std::rethrow_exception(refused);
+      for (int r = 0; r < comm_.size(); ++r) {
+        if (steps[r] < 0)
+          fail<io_error>(api, "rank ", r, " of ", comm_.size(), " could not use ", path.string(),
+                         " (its own error names the cause); no rank resumed");
+        if (steps[r] != double(step))
+          fail<io_error>(api, "rank ", r, " read step ", steps[r], " from ", path.string(), ", rank ", comm_.rank(),
+                         " read step ", step, " (the ranks see different files: the path must be shared)");
+      }
+    }
     staged.apply();
-    step_ = info.step;
+    step_ = step;
   }
 
   std::int64_t step() const { return step_; }
   const AdamW<Model>& optimizer() const { return optimizer_; }
   core::Workspace<Space>& workspace() { return ws_; }
+  const Comm& communicator() const { return comm_; }
 
  private:
+  /// The plain step: micro-batch gradients accumulate in the kernels; returns the step's loss.
+  template <class Source>
+  double gradients(Source& source, TrainSummary& summary) {
+    core::zero_grad(model_);
+    double loss = 0;
+    for (int micro = 0; micro < options_.accumulation; ++micro) {
+      loss += double(train_micro(source, micro));
+      summary.tokens += tokens_;
+    }
+    return loss / options_.accumulation;
+  }
+
+  /// The data-parallel step (see the file comment): this rank's micro-batches, each from a
+  /// zero gradient, summed in a binary tree of flat buffers (level l holds the sum of 2^l
+  /// consecutive micro-batches), then the tree sum across ranks, unpacked into the gradients.
+  /// Gathers the micro-batch losses, token counts and stop requests of every rank.
+  template <class Source>
+  double shard_gradients(Source& source, TrainSummary& summary, bool& stop) {
+    const int per_rank = options_.accumulation / comm_.size();
+    std::vector<Tensor<T*, Space>> level;  // level[l]: a pending partial sum of 2^l micro-batches, or empty
+    std::vector<double> mine(per_rank + 2);
+    std::int64_t tokens = 0;
+    for (int j = 0; j < per_rank; ++j) {
+      core::zero_grad(model_);
+      mine[j] = double(train_micro(source, comm_.rank() * per_rank + j));
+      tokens += tokens_;
+      Tensor<T*, Space> sum = take_buffer();
+      pack(sum);
+      std::size_t l = 0;
+      for (; l < level.size() && level[l].data(); ++l) {  // carry: earlier micro-batches on the left
+        detail::add_into<Space>(level[l], sum);
+        spare_.push_back(sum);
+        sum = level[l];
+        level[l] = {};
+      }
+      if (l == level.size()) level.emplace_back();
+      level[l] = sum;
+    }
+    // Leftover partial sums (per_rank not a power of two): the older, larger ones on the left.
+    Tensor<T*, Space> total;
+    for (std::size_t l = level.size(); l-- > 0;) {
+      if (!level[l].data()) continue;
+      if (!total.data()) {
+        total = level[l];
+      } else {
+        detail::add_into<Space>(total, level[l]);
+        spare_.push_back(level[l]);
+      }
+    }
+    comm_.sum_tree(total);
+    unpack(total);
+    spare_.push_back(total);
+
+    mine[per_rank] = double(tokens);
+    mine[per_rank + 1] = options_.stop_requested && options_.stop_requested() ? 1 : 0;
+    const std::vector<double> all = gather(mine);
+    double loss = 0;
+    for (int r = 0; r < comm_.size(); ++r) {
+      const double* theirs = all.data() + std::size_t(r) * mine.size();
+      for (int j = 0; j < per_rank; ++j) loss += theirs[j];  // micro-batch order: the plain loop's sum
+      summary.tokens += std::int64_t(theirs[per_rank]);
+      stop = stop || theirs[per_rank + 1] != 0;  // one rank's signal stops all, at the same step
+    }
+    return loss / options_.accumulation;
+  }
+
+  /// One micro-batch's forward and backward (gradients added, scaled by 1/accumulation);
+  /// returns its loss and leaves its token count in tokens_.
+  template <class Source>
+  T train_micro(Source& source, int micro) {
+    constexpr const char* api = "hybridseq::train::Trainer::run";
+    const TokenBatch<Space> batch = source(step_, micro);
+    // An empty batch would "train" on loss 0 and report it as a result.
+    if (batch.ids.extent(0) == 0 || batch.ids.extent(1) == 0)
+      fail<value_error>(api, "step ", step_ + 1, " micro-batch ", micro, " is empty (", batch.ids.extent(0), " x ",
+                        batch.ids.extent(1), " tokens)");
+    // Sized up front, so the step never grows the arena (a no-op once it is large enough).
+    ws_.reserve(
+        model_.training_workspace(batch.ids.extent(0), batch.ids.extent(1), core::compat::concurrency(Space{})));
+    core::TrainingPass training(ws_, options_.data_seed,
+                                std::uint64_t(step_) * std::uint64_t(options_.accumulation) + std::uint64_t(micro));
+    tokens_ = std::int64_t(batch.ids.size());
+    return model_.train_step(ws_, batch.ids, batch.targets, T(1) / T(options_.accumulation));
+  }
+
+  Tensor<T*, Space> take_buffer() {
+    if (spare_.empty()) return Tensor<T*, Space>("hybridseq::train::Trainer::gradient", core::parameter_count(model_));
+    Tensor<T*, Space> b = spare_.back();
+    spare_.pop_back();
+    return b;
+  }
+
+  /// The model's gradients into one contiguous buffer, in the parameter visitor's order.
+  void pack(const Tensor<T*, Space>& flat) {
+    std::int64_t at = 0;
+    core::for_each_parameter(model_, [&](std::string_view, auto& p) {
+      Kokkos::deep_copy(Kokkos::subview(flat, std::pair<std::int64_t, std::int64_t>(at, at + p.numel())), p.grad());
+      at += p.numel();
+    });
+  }
+  void unpack(const Tensor<T*, Space>& flat) {
+    std::int64_t at = 0;
+    core::for_each_parameter(model_, [&](std::string_view, auto& p) {
+      Kokkos::deep_copy(p.grad(), Kokkos::subview(flat, std::pair<std::int64_t, std::int64_t>(at, at + p.numel())));
+      at += p.numel();
+    });
+  }
+  std::vector<double> gather(const std::vector<double>& mine) {
+    std::vector<double> all(mine.size() * std::size_t(comm_.size()));
+    comm_.allgather(std::span<const double>(mine), std::span<double>(all));
+    return all;
+  }
+
+  /// The same model and the same step-defining options on every rank, and a global batch that
+  /// splits evenly; the same verdict on every rank (from the gathered values), so none hangs.
+  void check_ranks_agree(const char* api) {
+    const int ranks = comm_.size();
+    if (options_.accumulation % ranks != 0)
+      fail<config_error>(api, "accumulation (the global micro-batches of a step) is ", options_.accumulation,
+                         ", not divisible by the ", ranks, " ranks of the ", comm_.name(),
+                         " communicator (each rank trains accumulation / ranks of them)");
+    const std::uint64_t hash = detail::parameter_fingerprint(model_);
+    std::int64_t tensors = 0;
+    core::for_each_parameter(model_, [&](std::string_view, auto&) { ++tensors; });
+    const std::vector<double> mine = {double(core::parameter_count(model_)),
+                                      double(tensors),
+                                      double(hash >> 32),
+                                      double(hash & 0xffffffffu),
+                                      double(options_.steps),
+                                      double(options_.data_seed >> 32),
+                                      double(options_.data_seed & 0xffffffffu),
+                                      options_.clip,
+                                      options_.schedule.peak_lr};
+    const std::vector<double> all = gather(mine);
+    auto hex = [](double hi, double lo) {
+      char text[24];
+      std::snprintf(text, sizeof text, "%08llx%08llx", static_cast<unsigned long long>(hi),
+                    static_cast<unsigned long long>(lo));
+      return std::string(text);
+    };
+    for (int r = 1; r < ranks; ++r) {
+      const double* a = all.data();
+      const double* b = all.data() + std::size_t(r) * mine.size();
+      if (!std::equal(a, a + 4, b))
+        fail<config_error>(api, "rank ", r, " built a different model than rank 0: ", b[0], " parameters in ", b[1],
+                           " tensors (names and shapes hash ", hex(b[2], b[3]), ") vs ", a[0], " in ", a[1], " (",
+                           hex(a[2], a[3]), "); every rank must build the same model");
+      if (!std::equal(a + 4, a + mine.size(), b + 4))
+        fail<config_error>(api, "rank ", r, " trains with other options than rank 0: steps ", b[4], " vs ", a[4],
+                           ", data seed ", hex(b[5], b[6]), " vs ", hex(a[5], a[6]), ", clip ", b[7], " vs ", a[7],
+                           ", peak lr ", b[8], " vs ", a[8]);
+    }
+  }
+
   void save(const std::filesystem::path& path, std::int64_t step) {
-    save_checkpoint(path, model_, optimizer_, {step, options_.data_seed, options_.metadata});
+    if constexpr (!distributed) {
+      save_checkpoint(path, model_, optimizer_, {step, options_.data_seed, options_.metadata});
+    } else {
+      // Rank 0 writes (the state is the same on every rank); all learn whether it succeeded,
+      // so none trains on believing a checkpoint exists.
+      std::exception_ptr failed;
+      if (comm_.rank() == 0) {
+        try {
+          auto metadata = options_.metadata;
+          metadata["hybridseq.world_size"] = std::to_string(comm_.size());
+          save_checkpoint(path, model_, optimizer_, {step, options_.data_seed, metadata});
+        } catch (...) {
+          failed = std::current_exception();
+        }
+      }
+      const std::vector<double> ok = gather({failed ? 0.0 : 1.0});
+      if (failed) std::rethrow_exception(failed);
+      if (ok[0] == 0)
+        fail<io_error>("hybridseq::train::Trainer::save", "rank 0 could not write ", path.string(),
+                       " (its own error names the cause)");
+    }
   }
 
   core::LibraryThreadCheck<Space> thread_check_;  // first: refuses before the optimizer allocates
   Model& model_;
   TrainerOptions options_;
   AdamW<Model> optimizer_;
+  Comm comm_;
   core::Workspace<Space> ws_;
+  std::vector<Tensor<T*, Space>> spare_;  // flat gradient buffers between steps (data-parallel path)
+  std::int64_t tokens_ = 0;               // the last micro-batch's input tokens
   std::int64_t step_ = 0;
 };
 
