@@ -17,7 +17,7 @@
 #include <vector>
 
 #include <hybridseq/core.hpp>
-#include <hybridseq/kernels/attention/tiled_attention.hpp>
+#include <hybridseq/kernels/attention/attention.hpp>
 #include <hybridseq/layers/attention.hpp>
 
 #include "registry.hpp"

@@ -28,8 +28,8 @@
 #include <vector>
 
 #include <hybridseq/core.hpp>
+#include <hybridseq/kernels/attention/attention.hpp>
 #include <hybridseq/kernels/attention/segment_schemes.hpp>
-#include <hybridseq/kernels/attention/tiled_attention.hpp>
 #include <hybridseq/models/cost_model.hpp>
 
 #include "registry.hpp"

@@ -4,7 +4,13 @@ include(CMakeFindDependencyMacro)
 
 # Kokkos: any Kokkos 3.4–4.x through Kokkos_ROOT / CMAKE_PREFIX_PATH, else Debian's
 # libtrilinos-kokkos-dev, whose exported target is repaired by FindKokkosDebian.
-find_package(Kokkos 3.4 CONFIG QUIET)
+if(HYBRIDSEQ_CUDA)
+  # Our CUDA sources go to nvcc as CMake's CUDA language (hybridseqCuda.cmake); without this
+  # component a Cuda Kokkos would also reroute every C++ compile through its nvcc_wrapper.
+  find_package(Kokkos 3.4 CONFIG QUIET COMPONENTS separable_compilation)
+else()
+  find_package(Kokkos 3.4 CONFIG QUIET)
+endif()
 # Debian's TriBITS-generated config sets Kokkos_INCLUDE_DIRS to <prefix>/include/trilinos,
 # where the headers are, while its target points elsewhere: that is the one to repair.
 if(NOT Kokkos_FOUND OR Kokkos_INCLUDE_DIRS MATCHES "trilinos")

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include <hybridseq/core.hpp>
-#include <hybridseq/kernels/attention/tiled_attention.hpp>
+#include <hybridseq/kernels/attention/attention.hpp>
 
 namespace hybridseq::bench {
 

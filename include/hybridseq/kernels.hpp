@@ -3,8 +3,8 @@
 /// Umbrella for hybridseq::kernels: GEMM facade and the Kokkos kernels of the layers.
 
 #include "kernels/activations.hpp"
+#include "kernels/attention/attention.hpp"
 #include "kernels/attention/segment_schemes.hpp"
-#include "kernels/attention/tiled_attention.hpp"
 #include "kernels/bias.hpp"
 #include "kernels/conv1d.hpp"
 #include "kernels/cross_entropy.hpp"

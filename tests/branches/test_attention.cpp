@@ -7,7 +7,7 @@
 #include <vector>
 
 #include <hybridseq/core/rng.hpp>
-#include <hybridseq/kernels/attention/tiled_attention.hpp>
+#include <hybridseq/kernels/attention/attention.hpp>
 #include <hybridseq/kernels/reference/attention.hpp>
 
 #include "support/spaces.hpp"
@@ -41,23 +41,64 @@ struct Packed {
     for (int i = 0; i < h; ++i) alpha.push_back(T(0.4 + 0.1 * i));
   }
   std::int64_t row() const { return std::int64_t(heads + 2 * kv_heads) * dh; }
-  // Queries are the last tq positions: their rows start at q0.
-  att::HeadRows<const T> q() const { return {qkv.data() + q0 * row(), tk * row(), row(), dh}; }
-  att::HeadRows<const T> k() const { return {qkv.data() + heads * dh, tk * row(), row(), dh}; }
-  att::HeadRows<const T> v() const { return {qkv.data() + (heads + kv_heads) * dh, tk * row(), row(), dh}; }
-  att::AttentionArgs<T> args() {
-    return {q(),        k(),          v(),   {o.data(), tq * heads * dh, heads * dh, dh},
-            lse.data(), alpha.data(), batch, tq,
-            tk,         q0,           heads, kv_heads,
-            dh,         dropout};
+
+  /// Where the kernels read and write: the vectors themselves, or their copies in device memory.
+  struct Buffers {
+    T *qkv, *o, *lse, *d_o, *dqkv, *delta, *dalpha, *alpha;
+  };
+  Buffers host() {
+    return {qkv.data(), o.data(), lse.data(), d_o.data(), dqkv.data(), delta.data(), dalpha.data(), alpha.data()};
   }
-  att::AttentionGrads<T> grads() {
-    return {{d_o.data(), tq * heads * dh, heads * dh, dh},
-            {dqkv.data() + q0 * row(), tk * row(), row(), dh},
-            {dqkv.data() + heads * dh, tk * row(), row(), dh},
-            {dqkv.data() + (heads + kv_heads) * dh, tk * row(), row(), dh},
-            delta.data(),
-            dalpha.data()};
+  // Queries are the last tq positions: their rows start at q0.
+  att::AttentionArgs<T> args(const Buffers& m) const {
+    return {{m.qkv + q0 * row(), tk * row(), row(), dh},
+            {m.qkv + heads * dh, tk * row(), row(), dh},
+            {m.qkv + (heads + kv_heads) * dh, tk * row(), row(), dh},
+            {m.o, tq * heads * dh, heads * dh, dh},
+            m.lse,
+            m.alpha,
+            batch,
+            tq,
+            tk,
+            q0,
+            heads,
+            kv_heads,
+            dh,
+            dropout};
+  }
+  att::AttentionGrads<T> grads(const Buffers& m) const {
+    return {{m.d_o, tq * heads * dh, heads * dh, dh},
+            {m.dqkv + q0 * row(), tk * row(), row(), dh},
+            {m.dqkv + heads * dh, tk * row(), row(), dh},
+            {m.dqkv + (heads + kv_heads) * dh, tk * row(), row(), dh},
+            m.delta,
+            m.dalpha};
+  }
+  att::AttentionArgs<T> args() { return args(host()); }
+  att::AttentionGrads<T> grads() { return grads(host()); }
+
+  /// Runs `kernels(args, grads)` on Space: in place on a host space; on a device space on
+  /// copies of every buffer, whose outputs are copied back.
+  template <class Space, class Kernels>
+  void run_on(Kernels&& kernels) {
+    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible) {
+      kernels(args(), grads());
+    } else {
+      using View = Kokkos::View<T*, typename Space::memory_space>;
+      std::vector<std::vector<T>*> all{&qkv, &o, &lse, &d_o, &dqkv, &delta, &dalpha, &alpha};
+      std::vector<View> copies;
+      for (auto* v : all) {
+        copies.emplace_back("attention.test", v->size());
+        Kokkos::deep_copy(copies.back(), Kokkos::View<const T*, Kokkos::HostSpace>(v->data(), v->size()));
+      }
+      kernels(args({copies[0].data(), copies[1].data(), copies[2].data(), copies[3].data(), copies[4].data(),
+                    copies[5].data(), copies[6].data(), copies[7].data()}),
+              grads({copies[0].data(), copies[1].data(), copies[2].data(), copies[3].data(), copies[4].data(),
+                     copies[5].data(), copies[6].data(), copies[7].data()}));
+      Space().fence();
+      for (std::size_t i = 0; i < all.size(); ++i)
+        Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace>(all[i]->data(), all[i]->size()), copies[i]);
+    }
   }
 };
 
@@ -78,14 +119,25 @@ inline core::DropoutMask dropout_mask(double p, std::uint64_t pass) {
   return sites.next(p);
 }
 
-template <class Scheme, class Space>
+/// The kernel under test: the one att::forward/backward choose for the space (the tiled
+/// host kernel on Serial and OpenMP), or the team kernel that device spaces get.
+enum class Kernel { dispatched, team };
+
+template <class Scheme, class Space, Kernel kernel = Kernel::dispatched>
 void check_against_oracle(std::int64_t batch, std::int64_t n, int heads, int kv_heads, int dh, double p = 0) {
   const std::int64_t tq = Scheme::query_count(n);
   Packed<double> tiled(batch, n, tq, heads, kv_heads, dh, 11 + n), ref = tiled;
   tiled.dropout = ref.dropout = dropout_mask(p, std::uint64_t(n));
-  att::forward<Scheme, double>(Space{}, tiled.args());
-  att::backward<Scheme, double>(Space{}, tiled.args(), tiled.grads());
-  Space().fence();
+  tiled.template run_on<Space>([](const att::AttentionArgs<double>& a, const att::AttentionGrads<double>& g) {
+    if constexpr (kernel == Kernel::team) {
+      att::team::forward<Scheme, double>(Space{}, a);
+      att::team::backward<Scheme, double>(Space{}, a, g);
+    } else {
+      att::forward<Scheme, double>(Space{}, a);
+      att::backward<Scheme, double>(Space{}, a, g);
+    }
+    Space().fence();
+  });
   kernels::reference::attention_forward<Scheme, double>(ref.args());
   std::vector<long double> dalpha;
   kernels::reference::attention_backward<Scheme, double>(ref.args(), ref.grads(), &dalpha);
@@ -118,6 +170,24 @@ HYBRIDSEQ_SPACE_TEST_CASE("tiled attention matches the naive oracle for every sc
   for (std::int64_t n : {3, 70, 130}) check_against_oracle<att::PerceiverCross<3>, S>(2, n, 2, 2, 4);
   check_against_oracle<att::EcpPairs<100>, S>(1, 300, 2, 2, 8);  // segments larger than a tile
   check_against_oracle<att::PerceiverCross<70>, S>(1, 200, 2, 2, 8);
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("team attention kernels (the device algorithm) match the naive oracle",
+                          "[attention][kernels][team]") {
+  using S = TestType;
+  constexpr auto team = Kernel::team;
+  for (std::int64_t n : {1, 7, 64, 70, 130}) {
+    check_against_oracle<att::Causal, S, team>(2, n, 4, 2, 8);
+    check_against_oracle<att::Causal, S, team>(1, n, 3, 1, 5);
+    check_against_oracle<att::SlidingWindow<20>, S, team>(1, n, 2, 2, 4, 0.1);
+    check_against_oracle<att::Bidirectional, S, team>(1, n, 2, 1, 4);
+  }
+  check_against_oracle<att::SSplit<10>, S, team>(2, 70, 2, 2, 4);
+  check_against_oracle<att::EcpPairs<16>, S, team>(2, 80, 2, 1, 4, 0.5);
+  check_against_oracle<att::PerceiverCross<70>, S, team>(1, 200, 2, 2, 8, 0.2);
+  check_against_oracle<att::EcpPairs<100>, S, team>(1, 300, 2, 2, 8);
+  // Dh = 200 stages 7 rows per step (24 KB of doubles), so blocks end mid-step.
+  check_against_oracle<att::Causal, S, team>(1, 150, 2, 1, 200, 0.3);
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("tiled attention with dropout on the probabilities matches the oracle",

@@ -40,9 +40,11 @@ struct Shaped {
   using Layer = L<Shape, T, S>;
 };
 
-/// LayerCase of L<Shape, T, Space>: `ShapedCase<RmsNorm, 6, "rmsnorm", 2, 3>`.
+/// LayerCase of L<Shape, T, Space>: `ShapedCase<RmsNorm, 6, "rmsnorm", 2, 3>`. A struct, not an
+/// alias template: nvcc 13 cannot emit a namespace-scope use of an alias template whose
+/// arguments are class-type constants (it names undeclared template parameter objects).
 template <template <auto, class, class> class L, auto Shape, CaseName Name, int Batch, int Time, bool Golden = true>
-using ShapedCase = LayerCase<Shaped<L, Shape>::template Layer, Name, Batch, Time, Golden>;
+struct ShapedCase : LayerCase<Shaped<L, Shape>::template Layer, Name, Batch, Time, Golden> {};
 
 /// Calls `f.template operator()<Case>()` for each case.
 template <class... Cases, class F>

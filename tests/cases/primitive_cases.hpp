@@ -48,7 +48,7 @@ struct ActivationOf5 {
   using Layer = ActivationLayer<A, 5, T, S>;
 };
 template <Activation A, CaseName Name>
-using ActivationCase = LayerCase<ActivationOf5<A>::template Layer, Name, 2, 3>;
+struct ActivationCase : LayerCase<ActivationOf5<A>::template Layer, Name, 2, 3> {};  // not an alias: see ShapedCase
 using FfnGelu = ShapedCase<Ffn, FfnShape{6, 10}, "ffn_gelu", 2, 3>;
 using FfnSwiglu = ShapedCase<Ffn, swiglu(6, 8), "ffn_swiglu", 2, 3>;
 using DualFfnCase = ShapedCase<DualFfn, dual_ffn(6, 12, 4), "dual_ffn", 2, 3>;

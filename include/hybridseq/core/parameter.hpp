@@ -107,10 +107,19 @@ struct is_parameter : std::false_type {};
 template <class T, class S>
 struct is_parameter<Parameter<T, S>> : std::true_type {};
 
+namespace detail {
+/// Accepts any parameter: the probe of HasParameters. A named type rather than a lambda:
+/// nvcc 13 evaluates a requires-expression that holds a lambda to false.
+struct AnyParameterVisitor {
+  template <class P>
+  void operator()(std::string_view, P&) const {}
+};
+}  // namespace detail
+
 /// Anything that lists its parameters and sub-modules.
 template <class M>
-concept HasParameters = requires(M& m) {
-  m.visit_parameters([](std::string_view, auto&) {});
+concept HasParameters = requires(M& m, detail::AnyParameterVisitor visit) {
+  m.visit_parameters(visit);
 };
 
 namespace detail {

@@ -26,6 +26,59 @@
 
 namespace hybridseq::layers {
 
+// The attention branch's data-movement kernels. Free functions, not members: nvcc accepts
+// an extended (device) lambda only inside a function that is public to the whole program.
+namespace detail {
+
+/// Summed heads: merged(b, t, :) = Σ_h o(b, t, h, :).
+template <class T, class Space>
+void sum_heads(Tensor<const T****, Space> o, Tensor<T***, Space> merged) {
+  const std::int64_t heads = o.extent(2), dh = o.extent(3);
+  Kokkos::parallel_for(
+      "hybridseq::layers::Attention::merge",
+      Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>({0, 0}, {std::int64_t(o.extent(0)), std::int64_t(o.extent(1))}),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t t) {
+        for (std::int64_t d = 0; d < dh; ++d) {
+          T acc = 0;
+          for (std::int64_t h = 0; h < heads; ++h) acc += o(i, t, h, d);
+          merged(i, t, d) = acc;
+        }
+      });
+}
+
+/// The backward of sum_heads: d_o(b, t, h, :) = d_merged(b, t, :) for every head.
+template <class T, class Space>
+void broadcast_heads(Tensor<const T***, Space> d_merged, Tensor<T****, Space> d_o) {
+  const std::int64_t dh = d_o.extent(3);
+  Kokkos::parallel_for(
+      "hybridseq::layers::Attention::unmerge",
+      Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
+          {0, 0, 0}, {std::int64_t(d_o.extent(0)), std::int64_t(d_o.extent(1)), std::int64_t(d_o.extent(2))}),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t h) {
+        for (std::int64_t d = 0; d < dh; ++d) d_o(i, t, h, d) = d_merged(i, t, d);
+      });
+}
+
+/// Appends t new positions to a KV cache at position p: k(b, p + j, h, :) and v(b, p + j, h, :)
+/// from the key and value columns of qkv (B, t, (H + 2·Hkv)·Dh), which follow H query heads.
+template <class T, class Space>
+void append_kv(Tensor<const T***, Space> qkv, std::int64_t query_heads, Tensor<T****, Space> k, Tensor<T****, Space> v,
+               std::int64_t p) {
+  const std::int64_t kv_heads = k.extent(2), dh = k.extent(3);
+  Kokkos::parallel_for(
+      "hybridseq::layers::Attention::append_cache",
+      Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
+          {0, 0, 0}, {std::int64_t(qkv.extent(0)), std::int64_t(qkv.extent(1)), kv_heads}),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t j, std::int64_t h) {
+        for (std::int64_t d = 0; d < dh; ++d) {
+          k(i, p + j, h, d) = qkv(i, j, (query_heads + h) * dh + d);
+          v(i, p + j, h, d) = qkv(i, j, (query_heads + kv_heads + h) * dh + d);
+        }
+      });
+}
+
+}  // namespace detail
+
 /// Attention branch. `Scheme` is a segment scheme from kernels/attention/segment_schemes.hpp.
 ///
 /// Shapes: x (B, T, D) → y (B, Scheme::query_count(T), D) (= T except PerceiverCross).
@@ -97,7 +150,6 @@ class Attention {
     const std::int64_t b = s.qkv.extent(0), n = s.qkv.extent(1), tq = s.o.extent(1);
     core::check_shape(api, "dy", dy, core::dim(b), core::dim(tq), core::dim(S.d_model));
     core::check_shape(api, "dx", dx, core::dim(b), core::dim(n), core::dim(S.d_model));
-    const Space exec{};
     core::WorkspaceScope scope(ws);
     auto d_o = ws.template allocate_zeroed<T****>("attention.do", b, tq, S.heads, S.head_dim);
     if constexpr (S.merge == HeadMerge::concat) {
@@ -105,12 +157,7 @@ class Attention {
     } else {
       auto d_merged = ws.template allocate_zeroed<T***>("attention.dmerged", b, tq, S.head_dim);
       wo_.backward(ws, s.out_in, dy, d_merged);
-      Kokkos::parallel_for(
-          "hybridseq::layers::Attention::unmerge",
-          Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(exec, {0, 0, 0}, {b, tq, std::int64_t(S.heads)}),
-          KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t h) {
-            for (int d = 0; d < S.head_dim; ++d) d_o(i, t, h, d) = d_merged(i, t, d);
-          });
+      detail::broadcast_heads<T, Space>(d_merged, d_o);
     }
     auto dqkv = ws.template allocate_zeroed<T***>("attention.dqkv", b, n, rows_qkv);
     core_.template attend_backward<Scheme>(
@@ -274,21 +321,7 @@ class Attention {
     s.qkv = ws.template allocate<T***>("attention.qkv", b, t, rows_qkv);
     wqkv_.forward(ws, x, s.qkv, s.qkv_in);
     core_.position(ws, heads_of(s.qkv), rotated_heads, p, s.positions);
-    append_to_cache(state, s.qkv, p, t);
-  }
-
-  void append_to_cache(State& state, const Tensor<T***, Space>& qkv, std::int64_t p, std::int64_t t) const {
-    const auto k = state.k, v = state.v;
-    Kokkos::parallel_for(
-        "hybridseq::layers::Attention::append_cache",
-        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0},
-                                                      {std::int64_t(qkv.extent(0)), t, std::int64_t(S.kv_heads)}),
-        KOKKOS_LAMBDA(std::int64_t i, std::int64_t j, std::int64_t h) {
-          for (int d = 0; d < S.head_dim; ++d) {
-            k(i, p + j, h, d) = qkv(i, j, (S.heads + h) * S.head_dim + d);
-            v(i, p + j, h, d) = qkv(i, j, (S.heads + S.kv_heads + h) * S.head_dim + d);
-          }
-        });
+    detail::append_kv<T, Space>(s.qkv, S.heads, state.k, state.v, p);
   }
 
   void merge_and_project(core::Workspace<Space>& ws, Saved& s, Tensor<T***, Space> y) const {
@@ -297,17 +330,7 @@ class Attention {
     } else {
       const std::int64_t b = s.o.extent(0), tq = s.o.extent(1);
       s.merged = ws.template allocate<T***>("attention.merged", b, tq, S.head_dim);
-      const auto o = s.o;
-      const auto merged = s.merged;
-      Kokkos::parallel_for(
-          "hybridseq::layers::Attention::merge", Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>({0, 0}, {b, tq}),
-          KOKKOS_LAMBDA(std::int64_t i, std::int64_t t) {
-            for (int d = 0; d < S.head_dim; ++d) {
-              T acc = 0;
-              for (int h = 0; h < S.heads; ++h) acc += o(i, t, h, d);
-              merged(i, t, d) = acc;
-            }
-          });
+      detail::sum_heads<T, Space>(s.o, s.merged);
       wo_.forward(ws, s.merged, y, s.out_in);
     }
   }

@@ -18,7 +18,7 @@
 
 #include "../core/parameter.hpp"
 #include "../core/workspace.hpp"
-#include "../kernels/attention/tiled_attention.hpp"
+#include "../kernels/attention/attention.hpp"
 #include "rope.hpp"
 
 namespace hybridseq::layers {

@@ -19,6 +19,22 @@
 
 namespace hybridseq::layers {
 
+namespace detail {
+/// ring(b, p + j, h, :) = kv(b, j, h·Dh : (h+1)·Dh) for the t positions of kv (B, t, H·Dh).
+/// A free function: nvcc accepts device lambdas only in functions public to the program.
+template <class T, class Space>
+void append_to_ring(Tensor<const T***, Space> kv, Tensor<T****, Space> ring, std::int64_t p) {
+  const std::int64_t heads = ring.extent(2), dh = ring.extent(3);
+  Kokkos::parallel_for(
+      "hybridseq::layers::EcpFaithfulAttention::append",
+      Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0},
+                                                    {std::int64_t(kv.extent(0)), std::int64_t(kv.extent(1)), heads}),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t j, std::int64_t h) {
+        for (std::int64_t d = 0; d < dh; ++d) ring(i, p + j, h, d) = kv(i, j, h * dh + d);
+      });
+}
+}  // namespace detail
+
 /// The faithful ECP attention branch (the reference's `ECPAttention`, less its unused K/V
 /// LayerNorm): q = x W_qᵀ, kv = x W_kvᵀ (no biases) used as both keys and values, RoPE on q
 /// and kv when `rotary()` (the model turns it on in layer 0 only), scores q·kv/√Dh under
@@ -241,14 +257,7 @@ class EcpFaithfulAttention {
     const std::int64_t b = x.extent(0), t = x.extent(1), p = st.kept;
     Saved s;
     project(ws, x, st.length, s);
-    const auto ring = st.kv;
-    const auto kv = s.kv;
-    Kokkos::parallel_for(
-        "hybridseq::layers::EcpFaithfulAttention::append",
-        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0}, {b, t, H}),
-        KOKKOS_LAMBDA(std::int64_t i, std::int64_t j, std::int64_t h) {
-          for (int d = 0; d < Dh; ++d) ring(i, p + j, h, d) = kv(i, j, h * Dh + d);
-        });
+    detail::append_to_ring<T, Space>(s.kv, st.kv, p);
     s.o = ws.template allocate<T***>("ecp.o", b, t, W);
     s.lse = ws.template allocate<T*>("ecp.lse", b * H * t);
     core_.template attend<Scheme>(pass(s.q, head_rows<const T>(st.kv.data(), 2 * M, W, Dh), s.o, s.lse, p + t, p));

@@ -29,6 +29,24 @@ enum class LmHeadWeight {
            // its owner's name, and backward accumulates into the owner's gradient.
 };
 
+namespace detail {
+/// The first index of `targets` outside [0, vocab) and not `ignore`, or targets.extent(0).
+/// A free function: nvcc accepts device lambdas only in functions public to the program.
+template <class Space>
+std::int64_t first_invalid_target(Tensor<const std::int32_t*, Space> targets, std::int64_t vocab, std::int32_t ignore) {
+  const std::int64_t n = targets.extent(0);
+  std::int64_t first = n;
+  Kokkos::parallel_reduce(
+      "hybridseq::layers::LmHeadLoss::check_targets", Kokkos::RangePolicy<Space>(0, n),
+      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
+        const std::int32_t t = targets(i);
+        if (t != ignore && (t < 0 || t >= vocab) && i < m) m = i;
+      },
+      Kokkos::Min<std::int64_t>(first));
+  return first;
+}
+}  // namespace detail
+
 /// loss = mean_{(b,t): target ≠ ignore} −log softmax(x(b,t) Wᵀ)[target(b,t)], W (V, D).
 ///
 /// W is the head's own parameter (LmHeadWeight::owned, the default) or, with
@@ -173,17 +191,9 @@ class LmHeadLoss {
 
   void check_targets(const char* api, Tensor<const std::int32_t**, Space> targets) const {
     const auto flat = core::flat(targets);
-    const std::int64_t n = flat.extent(0);
+    const std::int64_t n = flat.extent(0), v = vocab_;
     const std::int32_t ignore = options_.ignore_index;
-    const std::int64_t v = vocab_;
-    std::int64_t first = n;
-    Kokkos::parallel_reduce(
-        "hybridseq::layers::LmHeadLoss::check_targets", Kokkos::RangePolicy<Space>(0, n),
-        KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
-          const std::int32_t t = flat(i);
-          if (t != ignore && (t < 0 || t >= v) && i < m) m = i;
-        },
-        Kokkos::Min<std::int64_t>(first));
+    const std::int64_t first = detail::first_invalid_target<Space>(flat, v, ignore);
     if (first < n) {
       auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, flat);
       const std::int64_t cols = targets.extent(1);

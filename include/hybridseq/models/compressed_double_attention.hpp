@@ -132,7 +132,7 @@ class CompressedDoubleBlock {
       auto xc = ws.template allocate<T***>("compressed_double.xc", b, C + M, S.d_model);
       compress_.forward(x, xc);
       core::copy_time<T, Space>(x, Hist, xc, C, M);
-      add(s.z, xc);
+      core::add_time<T, Space>(xc, 0, s.z, 0, C + M);
     }
     ffn_.forward(ws, s.z, y, s.ffn);
   }
@@ -162,13 +162,13 @@ class CompressedDoubleBlock {
     ffn_.backward(ws, s.ffn, dy, dz);
     // Residual [x_c ; x_l].
     compress_.backward(s.x, dz, dx);
-    add_rows(dx, Hist, dz, C, M);
+    core::add_time<T, Space>(dz, C, dx, Hist, M);
     // Attention: [o_c ; o_l] → o.
     auto doc = ws.template allocate_zeroed<T***>("compressed_double.doc", b, C + M, W);
     attn_.project_backward(ws, s.attn.out_in, dz, doc);
     auto d_o = ws.template allocate_zeroed<T***>("compressed_double.do", b, n, W);
     compress_.backward(s.attn.o, doc, d_o);
-    add_rows(d_o, Hist, doc, C, M);
+    core::add_time<T, Space>(doc, C, d_o, Hist, M);
     auto dnormed = ws.template allocate_zeroed<T***>("compressed_double.dnormed", b, n, S.d_model);
     attn_.attend_backward(ws, s.attn, d_o, dnormed);
     norm_.backward(ws, s.norm, dnormed, dx);
@@ -189,23 +189,6 @@ class CompressedDoubleBlock {
   }
 
  private:
-  static void add(Tensor<T***, Space> z, Tensor<const T***, Space> r) {
-    const auto fz = core::flat(z);
-    const auto fr = core::flat(r);
-    Kokkos::parallel_for(
-        "hybridseq::models::CompressedDoubleBlock::residual", Kokkos::RangePolicy<Space>(0, fz.extent(0)),
-        KOKKOS_LAMBDA(std::int64_t i) { fz(i) += fr(i); });
-  }
-  /// to[:, t0 + j] += from[:, f0 + j] for j < len.
-  static void add_rows(Tensor<T***, Space> to, std::int64_t t0, Tensor<const T***, Space> from, std::int64_t f0,
-                       std::int64_t len) {
-    Kokkos::parallel_for(
-        "hybridseq::models::CompressedDoubleBlock::add_rows",
-        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>({0, 0, 0},
-                                                      {std::int64_t(to.extent(0)), len, std::int64_t(to.extent(2))}),
-        KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t c) { to(i, t0 + t, c) += from(i, f0 + t, c); });
-  }
-
   Norm norm_;
   Attn attn_;
   Compress compress_;

@@ -56,6 +56,19 @@
 
 namespace hybridseq::models {
 
+namespace detail {
+/// to(b, j) = from(b, T − r + j) for the r columns of to (B, r): the targets of the last r
+/// positions. A free function: nvcc accepts device lambdas only in functions public to the
+/// program.
+template <class Space>
+void last_columns(Tensor<const std::int32_t**, Space> from, Tensor<std::int32_t**, Space> to) {
+  const std::int64_t b = to.extent(0), r = to.extent(1), skip = std::int64_t(from.extent(1)) - r;
+  Kokkos::parallel_for(
+      "hybridseq::models::LanguageModel::last_targets", Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>({0, 0}, {b, r}),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { to(i, j) = from(i, skip + j); });
+}
+}  // namespace detail
+
 template <int Vocab, class Body, class FinalNorm>
 class LanguageModel {
   static_assert(core::Branch<Body>, "hybridseq::models::LanguageModel: the body must be a Branch (B,T,D) -> (B,T,D)");
@@ -312,11 +325,7 @@ class LanguageModel {
     core::check_shape(api, "targets", targets, core::dim(b), core::dim(t));
     features(ws, ids, s);
     s.targets = ws.template allocate<std::int32_t**>("lm.targets", b, r);
-    const auto from = targets;
-    const auto to = s.targets;
-    Kokkos::parallel_for(
-        "hybridseq::models::LanguageModel::last_targets", Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>({0, 0}, {b, r}),
-        KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { to(i, j) = from(i, t - r + j); });
+    detail::last_columns<Space>(targets, s.targets);
     return head_.forward(ws, s.y, s.targets, s.head, head_weight());
   }
 
@@ -333,7 +342,7 @@ class LanguageModel {
   }
 
   void features(core::Workspace<Space>& ws, TokenIds<Space> ids, Saved& s) const {
-    const auto b = ids.extent(0), t = ids.extent(1), r = logit_time(t);
+    const std::int64_t b = ids.extent(0), t = ids.extent(1), r = logit_time(t);
     s.x = ws.template allocate<T***>("lm.x", b, t, d_model);
     embed_.forward(ws, ids, s.x, s.embed);
     s.embed_dropout = ws.dropout().next(embed_dropout_);

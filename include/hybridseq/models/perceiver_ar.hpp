@@ -122,7 +122,7 @@ class PerceiverCrossBlock {
     norm_.forward(ws, x, s.normed, s.norm);
     s.h = ws.template allocate<T***>("perceiver.h", b, M, S.d_model);
     attn_.forward(ws, s.normed, s.h, s.attn);
-    add_rows(x, s.h, n - M);
+    core::add_time<T, Space>(x, n - M, s.h, 0, M);  // the latent rows' residual
     ffn_.forward(ws, s.h, y, s.ffn);
   }
 
@@ -150,7 +150,7 @@ class PerceiverCrossBlock {
     auto dnormed = ws.template allocate_zeroed<T***>("perceiver.dnormed", b, n, S.d_model);
     attn_.backward(ws, s.attn, dh, dnormed);
     norm_.backward(ws, s.norm, dnormed, dx);
-    add_rows_back(dh, dx, n - M);
+    core::add_time<T, Space>(dh, 0, dx, n - M, M);
   }
 
   // ---- decoding: the cache holds every position's keys and values ----
@@ -169,7 +169,7 @@ class PerceiverCrossBlock {
     const std::int64_t b = x.extent(0), t = x.extent(1);
     auto h = ws.template allocate<T***>("perceiver.h", b, t, S.d_model);
     attn_.prefill(ws, st, normalized(ws, x), h);
-    add_rows(x, h, 0);
+    core::add_time<T, Space>(x, 0, h, 0, t);
     core::NoState none;
     core::prefill(ffn_, ws, none, h, y);
   }
@@ -189,21 +189,6 @@ class PerceiverCrossBlock {
     typename Norm::Saved saved;
     norm_.forward(ws, x, out, saved);
     return out;
-  }
-  /// h(b, t) += x(b, t0 + t): the residual from the latent rows of x.
-  static void add_rows(Tensor<const T***, Space> x, Tensor<T***, Space> h, std::int64_t t0) {
-    Kokkos::parallel_for(
-        "hybridseq::models::PerceiverCrossBlock::residual",
-        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
-            {0, 0, 0}, {std::int64_t(h.extent(0)), std::int64_t(h.extent(1)), S.d_model}),
-        KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t d) { h(i, t, d) += x(i, t0 + t, d); });
-  }
-  static void add_rows_back(Tensor<const T***, Space> dh, Tensor<T***, Space> dx, std::int64_t t0) {
-    Kokkos::parallel_for(
-        "hybridseq::models::PerceiverCrossBlock::residual_backward",
-        Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
-            {0, 0, 0}, {std::int64_t(dh.extent(0)), std::int64_t(dh.extent(1)), S.d_model}),
-        KOKKOS_LAMBDA(std::int64_t i, std::int64_t t, std::int64_t d) { dx(i, t0 + t, d) += dh(i, t, d); });
   }
 
   Norm norm_;

@@ -4,26 +4,38 @@
 
 #include <cmath>
 #include <string_view>
-#include <type_traits>
 
 #include "../core/error.hpp"
 #include "../core/parameter.hpp"
 
 namespace hybridseq::train {
 
+namespace detail {
+// The per-tensor kernels of clipping. Free functions rather than lambdas inside the generic
+// parameter visitors below: nvcc rejects a device lambda defined inside a generic lambda.
+template <class Grad>
+double squared_norm(const Grad& g) {
+  double s = 0;
+  Kokkos::parallel_reduce(
+      "hybridseq::train::gradient_norm", Kokkos::RangePolicy<typename Grad::execution_space>(0, g.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i, double& acc) { acc += double(g(i)) * double(g(i)); }, s);
+  return s;
+}
+
+template <class Grad>
+void scale(const Grad& g, double by) {
+  const auto factor = typename Grad::non_const_value_type(by);
+  Kokkos::parallel_for(
+      "hybridseq::train::clip_gradient_norm", Kokkos::RangePolicy<typename Grad::execution_space>(0, g.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) { g(i) *= factor; });
+}
+}  // namespace detail
+
 /// ‖g‖₂ over every parameter gradient of `module` (accumulated in double).
 template <class Module>
 double gradient_norm(Module& module) {
   double total = 0;
-  core::for_each_parameter(module, [&](std::string_view, auto& p) {
-    using Space = typename std::remove_reference_t<decltype(p)>::execution_space;
-    const auto g = p.grad();
-    double s = 0;
-    Kokkos::parallel_reduce(
-        "hybridseq::train::gradient_norm", Kokkos::RangePolicy<Space>(0, g.extent(0)),
-        KOKKOS_LAMBDA(const std::int64_t i, double& acc) { acc += double(g(i)) * double(g(i)); }, s);
-    total += s;
-  });
+  core::for_each_parameter(module, [&](std::string_view, auto& p) { total += detail::squared_norm(p.grad()); });
   return std::sqrt(total);
 }
 
@@ -37,14 +49,7 @@ double clip_gradient_norm(Module& module, double max_norm) {
                       " (a NaN or Inf gradient reached the optimizer)");
   if (norm <= max_norm || norm == 0) return norm;
   const double scale = max_norm / norm;
-  core::for_each_parameter(module, [&](std::string_view, auto& p) {
-    using P = std::remove_reference_t<decltype(p)>;
-    using T = typename P::scalar_type;
-    const auto g = p.grad();
-    Kokkos::parallel_for(
-        "hybridseq::train::clip_gradient_norm", Kokkos::RangePolicy<typename P::execution_space>(0, g.extent(0)),
-        KOKKOS_LAMBDA(const std::int64_t i) { g(i) *= T(scale); });
-  });
+  core::for_each_parameter(module, [&](std::string_view, auto& p) { detail::scale(p.grad(), scale); });
   return norm;
 }
 

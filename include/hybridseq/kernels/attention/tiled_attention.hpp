@@ -89,7 +89,8 @@ KOKKOS_INLINE_FUNCTION T neg_inf() {
 
 /// First query index whose band reaches past key `k0` / last whose band starts before `k1`.
 template <class Scheme>
-std::int64_t first_query_seeing(std::int64_t k0, std::int64_t q0, std::int64_t tq, std::int64_t n) {
+KOKKOS_INLINE_FUNCTION std::int64_t first_query_seeing(std::int64_t k0, std::int64_t q0, std::int64_t tq,
+                                                       std::int64_t n) {
   std::int64_t lo = 0, hi = tq;  // first i with key_end(q0 + i) > k0
   while (lo < hi) {
     const std::int64_t mid = (lo + hi) / 2;
@@ -101,7 +102,8 @@ std::int64_t first_query_seeing(std::int64_t k0, std::int64_t q0, std::int64_t t
   return lo;
 }
 template <class Scheme>
-std::int64_t end_query_seeing(std::int64_t k1, std::int64_t q0, std::int64_t tq, std::int64_t n) {
+KOKKOS_INLINE_FUNCTION std::int64_t end_query_seeing(std::int64_t k1, std::int64_t q0, std::int64_t tq,
+                                                     std::int64_t n) {
   std::int64_t lo = 0, hi = tq;  // first i with key_begin(q0 + i) ≥ k1
   while (lo < hi) {
     const std::int64_t mid = (lo + hi) / 2;
@@ -364,14 +366,6 @@ struct BackwardQ {
   }
 };
 
-template <class Space>
-void require_host(const char* api) {
-  static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible,
-                "hybridseq::kernels::attention: the tiled kernels run on host execution spaces; a device "
-                "(team-level) implementation is not written yet");
-  (void)api;
-}
-
 template <class Functor, class Space>
 void launch(const char* label, const Space& exec, std::int64_t tasks, std::size_t scratch, const Functor& f) {
   if (tasks == 0) return;
@@ -385,10 +379,17 @@ inline std::int64_t query_tiles(std::int64_t tq) {
   return (tq + tile_q - 1) / tile_q;
 }
 
+/// The host kernels; kernels/attention/attention.hpp chooses between them and the team
+/// kernels of team_attention.hpp by execution space.
+namespace tiled {
+
+template <class Space>
+inline constexpr bool runs_on = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible;
+
 /// O and LSE for every query row.
 template <class Scheme, class T, class Space>
 void forward(const Space& exec, const AttentionArgs<T>& a) {
-  detail::require_host<Space>("forward");
+  static_assert(runs_on<Space>, "hybridseq::kernels::attention::tiled: host execution spaces only (BLAS per tile)");
   const std::int64_t nq = query_tiles(a.tq);
   detail::launch("hybridseq::kernels::attention::forward[tiled]", exec, a.batch * a.heads * nq,
                  detail::Forward<Scheme, T, Space>::scratch_bytes(a.head_dim),
@@ -399,7 +400,7 @@ void forward(const Space& exec, const AttentionArgs<T>& a) {
 /// partial sums of ∂L/∂α (sum them over b and tiles for each head).
 template <class Scheme, class T, class Space>
 void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads<T>& g) {
-  detail::require_host<Space>("backward");
+  static_assert(runs_on<Space>, "hybridseq::kernels::attention::tiled: host execution spaces only (BLAS per tile)");
   if (a.batch * a.tq == 0) return;
   Kokkos::parallel_for("hybridseq::kernels::attention::delta",
                        Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.heads * a.tq), detail::Delta<T, Space>{a, g});
@@ -412,4 +413,5 @@ void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads
                  detail::BackwardQ<Scheme, T, Space>{a, g, nq});
 }
 
+}  // namespace tiled
 }  // namespace hybridseq::kernels::attention

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../attention/tiled_attention.hpp"
+#include "../attention/attention.hpp"
 
 namespace hybridseq::kernels::reference {
 

@@ -1,0 +1,330 @@
+#pragma once
+/// \file
+/// Attention as portable Kokkos team kernels, for execution spaces whose memory the host
+/// cannot read (Kokkos::Cuda): the same online-softmax algorithm, segment schemes, GQA,
+/// dropout and outputs as the tiled host kernel (tiled_attention.hpp), without a BLAS call.
+/// They run on Serial and OpenMP as well, which is how the test suite checks them on every
+/// machine against the naive oracle.
+///
+/// Work split (FlashAttention-2's, one thread per row instead of one warp per tile):
+///   forward     a team per (batch, head, tile_q query rows); a thread owns a query row:
+///               its running max and sum, its output row. The team stages key/value rows
+///               in scratch, key_rows(Dh) at a time, and each thread scores its row
+///               against them, rescales and accumulates.
+///   backward 1  a team per (batch, kv head, tile_k key rows); a thread owns a key row and
+///               accumulates its dK, dV rows over the query rows of every head of the group,
+///               staged in scratch (Q, dO, LSE, Δ).
+///   backward 2  a team per (batch, head, tile_q query rows); a thread owns dQ's row and its
+///               share of the temperature gradient; key/value rows staged as in forward.
+/// No gradient row has two writers, so backward is deterministic without atomics; team
+/// scratch stays within 40 KB (the level-0 budget on every CUDA GPU Kokkos supports).
+///
+/// The query and key blocks are tile_q and tile_k, the tiled kernel's: the temperature
+/// partials (AttentionGrads::dalpha) keep its (B, H, query tiles) layout.
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../../core/spaces.hpp"
+#include "../exp.hpp"
+#include "tiled_attention.hpp"
+
+namespace hybridseq::kernels::attention::team {
+
+/// Key (forward, dQ) or query (dK, dV) rows staged per step: two Dh-wide row blocks of T
+/// within 24 KB, at most 32 rows.
+template <class T>
+constexpr int staged_rows(int head_dim) {
+  const int rows = int(24 * 1024 / (2 * sizeof(T) * std::size_t(head_dim > 0 ? head_dim : 1)));
+  return rows < 1 ? 1 : (rows > 32 ? 32 : rows);
+}
+
+namespace detail {
+
+using attention::detail::TeamMember;
+
+template <class Space>
+constexpr bool on_host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible;
+
+/// Threads per team: one per row of the block on a device; one on the host, where each
+/// team is one thread's task and the rows of a block run in turn.
+template <class Space>
+constexpr int team_size(int rows) {
+  return on_host<Space> ? 1 : rows;
+}
+
+KOKKOS_INLINE_FUNCTION constexpr std::size_t padded(std::size_t bytes) {
+  return (bytes + 7) / 8 * 8;
+}
+
+/// A typed slice of team scratch. Every slice is a multiple of 8 bytes, so doubles stay aligned.
+template <class T, class Member>
+KOKKOS_INLINE_FUNCTION T* scratch(const Member& team, std::int64_t count) {
+  return static_cast<T*>(team.team_shmem().get_shmem(padded(sizeof(T) * std::size_t(count))));
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T dot(const T* x, const T* y, int n) {
+  T s = 0;
+  for (int d = 0; d < n; ++d) s += x[d] * y[d];
+  return s;
+}
+
+/// Visible columns [c0, c1) of key rows k0 .. k0 + cols − 1 for query position p.
+template <class Scheme>
+KOKKOS_INLINE_FUNCTION void visible(std::int64_t p, std::int64_t n, std::int64_t k0, std::int64_t cols,
+                                    std::int64_t& c0, std::int64_t& c1) {
+  const std::int64_t b = Scheme::key_begin(p, n) - k0, e = Scheme::key_end(p, n) - k0;
+  c0 = b < 0 ? 0 : (b > cols ? cols : b);
+  c1 = e < 0 ? 0 : (e > cols ? cols : e);
+}
+
+/// Copies `rows` rows of Dh from `from` (starting at time t0) into dense scratch (rows × Dh).
+template <class T, class Member>
+KOKKOS_INLINE_FUNCTION void stage(const Member& team, const HeadRows<const T>& from, std::int64_t b, std::int64_t t0,
+                                  int h, std::int64_t rows, int dh, T* to) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * dh),
+                       [&](const std::int64_t e) { to[e] = from.row(b, t0 + e / dh, h)[e % dh]; });
+}
+
+template <class Scheme, class T, class Space>
+struct Forward {
+  AttentionArgs<T> a;
+  std::int64_t n_qtiles;
+  int kt;  // key rows staged per step
+
+  static std::size_t scratch_bytes(int dh, int kt) {
+    return 2 * padded(sizeof(T) * std::size_t(kt) * dh) + padded(sizeof(T) * std::size_t(tile_q) * kt) +
+           2 * padded(sizeof(T) * tile_q);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
+    const std::int64_t task = team.league_rank(), qt = task % n_qtiles, bh = task / n_qtiles;
+    const int h = int(bh % a.heads), hk = h / (a.heads / a.kv_heads), dh = a.head_dim;
+    const std::int64_t b = bh / a.heads, n = a.tk, i0 = qt * tile_q;
+    const std::int64_t rows = a.tq - i0 < tile_q ? a.tq - i0 : tile_q;
+    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    const T alpha = a.alpha[h];
+    T* ks = scratch<T>(team, std::int64_t(kt) * dh);
+    T* vs = scratch<T>(team, std::int64_t(kt) * dh);
+    T* s_all = scratch<T>(team, std::int64_t(tile_q) * kt);
+    T* m = scratch<T>(team, tile_q);
+    T* l = scratch<T>(team, tile_q);
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
+      m[r] = attention::detail::neg_inf<T>();
+      l[r] = 0;
+      T* o = a.o.row(b, i0 + r, h);
+      for (int d = 0; d < dh; ++d) o[d] = 0;
+    });
+    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+    for (std::int64_t k0 = kb; k0 < ke; k0 += kt) {
+      const std::int64_t cols = ke - k0 < kt ? ke - k0 : kt;
+      team.team_barrier();  // every thread is done with the previous rows
+      stage<T>(team, a.k, b, k0, hk, cols, dh, ks);
+      stage<T>(team, a.v, b, k0, hk, cols, dh, vs);
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
+        std::int64_t c0, c1;
+        visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
+        if (c0 >= c1) return;
+        const T* q = a.q.row(b, i0 + r, h);
+        T* s = s_all + r * kt;
+        T mx = m[r];
+        for (std::int64_t c = c0; c < c1; ++c) {
+          s[c] = alpha * dot(q, ks + c * dh, dh);
+          mx = s[c] > mx ? s[c] : mx;
+        }
+        const T correction = math::exp(m[r] - mx);  // 0 on the first visible rows
+        T sum = 0;
+        for (std::int64_t c = c0; c < c1; ++c) {
+          s[c] = exp_in_loop(s[c] - mx);
+          sum += s[c];
+        }
+        if (a.dropout.active())  // after the row sum: the normaliser is the undropped one
+          for (std::int64_t c = c0; c < c1; ++c) s[c] *= a.dropout_factor(b, h, i0 + r, k0 + c);
+        l[r] = l[r] * correction + sum;
+        m[r] = mx;
+        T* o = a.o.row(b, i0 + r, h);
+        for (int d = 0; d < dh; ++d) {
+          T acc = o[d] * correction;
+          for (std::int64_t c = c0; c < c1; ++c) acc += s[c] * vs[c * dh + d];
+          o[d] = acc;
+        }
+      });
+    }
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
+      const T inv = T(1) / l[r];
+      T* o = a.o.row(b, i0 + r, h);
+      for (int d = 0; d < dh; ++d) o[d] *= inv;
+      a.lse[(b * a.heads + h) * a.tq + i0 + r] = m[r] + math::log(l[r]);
+    });
+  }
+};
+
+/// dK, dV for one (batch, kv head, key block): a thread per key row.
+template <class Scheme, class T, class Space>
+struct BackwardKV {
+  AttentionArgs<T> a;
+  AttentionGrads<T> g;
+  std::int64_t n_ktiles;
+  int qt;  // query rows staged per step
+
+  static std::size_t scratch_bytes(int dh, int qt) {
+    return 2 * padded(sizeof(T) * std::size_t(qt) * dh) + 2 * padded(sizeof(T) * qt);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
+    const std::int64_t task = team.league_rank(), kt = task % n_ktiles, bh = task / n_ktiles;
+    const int hk = int(bh % a.kv_heads), dh = a.head_dim, group = a.heads / a.kv_heads;
+    const std::int64_t b = bh / a.kv_heads, n = a.tk, k0 = kt * tile_k;
+    const std::int64_t cols = n - k0 < tile_k ? n - k0 : tile_k;
+    T* qs = scratch<T>(team, std::int64_t(qt) * dh);
+    T* dos = scratch<T>(team, std::int64_t(qt) * dh);
+    T* lse = scratch<T>(team, qt);
+    T* delta = scratch<T>(team, qt);
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](const std::int64_t c) {
+      T* dk = g.dk.row(b, k0 + c, hk);
+      T* dv = g.dv.row(b, k0 + c, hk);
+      for (int d = 0; d < dh; ++d) dk[d] = 0, dv[d] = 0;
+    });
+    const std::int64_t i_begin = attention::detail::first_query_seeing<Scheme>(k0, a.q0, a.tq, n);
+    const std::int64_t i_end = attention::detail::end_query_seeing<Scheme>(k0 + cols, a.q0, a.tq, n);
+    for (int h = hk * group; h < (hk + 1) * group; ++h) {
+      const T alpha = a.alpha[h];
+      for (std::int64_t i0 = i_begin; i0 < i_end; i0 += qt) {
+        const std::int64_t rows = i_end - i0 < qt ? i_end - i0 : qt;
+        team.team_barrier();
+        stage<T>(team, a.q, b, i0, h, rows, dh, qs);
+        stage<T>(team, g.d_o, b, i0, h, rows, dh, dos);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
+          lse[r] = a.lse[(b * a.heads + h) * a.tq + i0 + r];
+          delta[r] = g.delta[(b * a.heads + h) * a.tq + i0 + r];
+        });
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](const std::int64_t c) {
+          const std::int64_t key = k0 + c;
+          const T* k = a.k.row(b, key, hk);
+          const T* v = a.v.row(b, key, hk);
+          T* dk = g.dk.row(b, key, hk);
+          T* dv = g.dv.row(b, key, hk);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            const std::int64_t p = a.q0 + i0 + r;
+            if (key < Scheme::key_begin(p, n) || key >= Scheme::key_end(p, n)) continue;
+            const T* q = qs + r * dh;
+            const T* d_o = dos + r * dh;
+            const T prob = exp_in_loop(alpha * dot(q, k, dh) - lse[r]);
+            const T factor = a.dropout.active() ? a.dropout_factor(b, h, i0 + r, key) : T(1);
+            const T ds = prob * (dot(d_o, v, dh) * factor - delta[r]);
+            const T pv = prob * factor, dsa = alpha * ds;
+            for (int d = 0; d < dh; ++d) {
+              dv[d] += pv * d_o[d];
+              dk[d] += dsa * q[d];
+            }
+          }
+        });
+      }
+    }
+  }
+};
+
+/// dQ and the temperature partial for one (batch, head, query block): a thread per query row.
+template <class Scheme, class T, class Space>
+struct BackwardQ {
+  AttentionArgs<T> a;
+  AttentionGrads<T> g;
+  std::int64_t n_qtiles;
+  int kt;  // key rows staged per step
+
+  static std::size_t scratch_bytes(int dh, int kt) {
+    return padded(sizeof(double) * tile_q) + 2 * padded(sizeof(T) * std::size_t(kt) * dh);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
+    const std::int64_t task = team.league_rank(), qt = task % n_qtiles, bh = task / n_qtiles;
+    const int h = int(bh % a.heads), hk = h / (a.heads / a.kv_heads), dh = a.head_dim;
+    const std::int64_t b = bh / a.heads, n = a.tk, i0 = qt * tile_q;
+    const std::int64_t rows = a.tq - i0 < tile_q ? a.tq - i0 : tile_q;
+    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    const T alpha = a.alpha[h];
+    double* dalpha = scratch<double>(team, tile_q);  // Σ_j dS ⊙ S of each row
+    T* ks = scratch<T>(team, std::int64_t(kt) * dh);
+    T* vs = scratch<T>(team, std::int64_t(kt) * dh);
+
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
+      dalpha[r] = 0;
+      T* dq = g.dq.row(b, i0 + r, h);
+      for (int d = 0; d < dh; ++d) dq[d] = 0;
+    });
+    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+    for (std::int64_t k0 = kb; k0 < ke; k0 += kt) {
+      const std::int64_t cols = ke - k0 < kt ? ke - k0 : kt;
+      team.team_barrier();
+      stage<T>(team, a.k, b, k0, hk, cols, dh, ks);
+      stage<T>(team, a.v, b, k0, hk, cols, dh, vs);
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
+        std::int64_t c0, c1;
+        visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
+        const std::int64_t i = i0 + r;
+        const T* q = a.q.row(b, i, h);
+        const T* d_o = g.d_o.row(b, i, h);
+        const T lse = a.lse[(b * a.heads + h) * a.tq + i], delta = g.delta[(b * a.heads + h) * a.tq + i];
+        T* dq = g.dq.row(b, i, h);
+        for (std::int64_t c = c0; c < c1; ++c) {
+          const T s = alpha * dot(q, ks + c * dh, dh);
+          const T factor = a.dropout.active() ? a.dropout_factor(b, h, i, k0 + c) : T(1);
+          const T ds = exp_in_loop(s - lse) * (dot(d_o, vs + c * dh, dh) * factor - delta);
+          dalpha[r] += double(ds) * double(s);
+          for (int d = 0; d < dh; ++d) dq[d] += alpha * ds * ks[c * dh + d];
+        }
+      });
+    }
+    if (g.dalpha == nullptr) return;
+    double total = 0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r, double& sum) { sum += dalpha[r]; }, total);
+    Kokkos::single(Kokkos::PerTeam(team),
+                   [&]() { g.dalpha[(b * a.heads + h) * n_qtiles + qt] = T(total / double(alpha)); });
+  }
+};
+
+template <class Functor, class Space>
+void launch(const char* label, const Space& exec, std::int64_t tasks, int rows, std::size_t scratch, const Functor& f) {
+  if (tasks == 0) return;
+  Kokkos::TeamPolicy<Space> policy(exec, tasks, team_size<Space>(rows));
+  Kokkos::parallel_for(label, policy.set_scratch_size(0, Kokkos::PerTeam(scratch)), f);
+}
+
+}  // namespace detail
+
+/// O and LSE for every query row (the tiled kernel's contract).
+template <class Scheme, class T, class Space>
+void forward(const Space& exec, const AttentionArgs<T>& a) {
+  const std::int64_t nq = query_tiles(a.tq);
+  const int kt = staged_rows<T>(a.head_dim);
+  detail::launch("hybridseq::kernels::attention::forward[team]", exec, a.batch * a.heads * nq, tile_q,
+                 detail::Forward<Scheme, T, Space>::scratch_bytes(a.head_dim, kt),
+                 detail::Forward<Scheme, T, Space>{a, nq, kt});
+}
+
+/// dQ, dK, dV (overwritten) from dO, and, when g.dalpha is set, the per-(b, h, query tile)
+/// partial sums of ∂L/∂α (the tiled kernel's contract).
+template <class Scheme, class T, class Space>
+void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads<T>& g) {
+  if (a.batch * a.tq == 0) return;
+  Kokkos::parallel_for("hybridseq::kernels::attention::delta[team]",
+                       Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.heads * a.tq),
+                       attention::detail::Delta<T, Space>{a, g});
+  const std::int64_t nk = (a.tk + tile_k - 1) / tile_k, nq = query_tiles(a.tq);
+  const int rows = staged_rows<T>(a.head_dim);
+  detail::launch("hybridseq::kernels::attention::backward_kv[team]", exec, a.batch * a.kv_heads * nk, tile_k,
+                 detail::BackwardKV<Scheme, T, Space>::scratch_bytes(a.head_dim, rows),
+                 detail::BackwardKV<Scheme, T, Space>{a, g, nk, rows});
+  detail::launch("hybridseq::kernels::attention::backward_q[team]", exec, a.batch * a.heads * nq, tile_q,
+                 detail::BackwardQ<Scheme, T, Space>::scratch_bytes(a.head_dim, rows),
+                 detail::BackwardQ<Scheme, T, Space>{a, g, nq, rows});
+}
+
+}  // namespace hybridseq::kernels::attention::team
