@@ -52,6 +52,7 @@
 
 #include "registry.hpp"
 #include "support/timing.hpp"
+#include "support/tokens.hpp"
 
 namespace hybridseq::bench {
 namespace {
@@ -236,12 +237,8 @@ std::string label_group(std::string_view label) {
 struct Tokens {
   Tensor<std::int32_t**, Space> ids, targets;
   Tokens(std::int64_t b, std::int64_t t) : ids("ids", b, t), targets("targets", b, t) {
-    const auto i = ids, o = targets;
-    Kokkos::parallel_for(
-        Kokkos::RangePolicy<Space>(0, b * t), KOKKOS_LAMBDA(std::int64_t k) {
-          i.data()[k] = std::int32_t((k * 7919) % V);
-          o.data()[k] = std::int32_t(((k + 1) * 7919) % V);
-        });
+    bench::fill_tokens<Space>(ids, V);
+    bench::fill_tokens<Space>(targets, V, 1);  // the next token of the same pattern
   }
 };
 

@@ -31,3 +31,11 @@ function(hybridseq_cuda_target target)
   set_source_files_properties(${sources} TARGET_DIRECTORY ${target} PROPERTIES LANGUAGE CUDA)
   set_target_properties(${target} PROPERTIES LINKER_LANGUAGE CUDA)
 endfunction()
+
+# hybridseq_cuda_resources(<target>): ptxas' figures (registers, stack, spills) of every kernel
+# the target compiles are kept beside its objects, for `scripts/cuda-resources.sh check`
+# (run by scripts/test.sh on the attention and scan kernels).
+function(hybridseq_cuda_resources target)
+  set_target_properties(${target} PROPERTIES CUDA_COMPILER_LAUNCHER
+                        "bash;${PROJECT_SOURCE_DIR}/scripts/cuda-resources.sh;compile")
+endfunction()

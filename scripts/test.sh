@@ -6,7 +6,10 @@
 #   3. configures, builds and runs every test (Serial and OpenMP, goldens, gradient checks,
 #      header self-containment, the installed package from a downstream project, the example),
 #   4. fuzzes the safetensors reader for 30 s (scripts/fuzz.sh: clang + libFuzzer, ASan, UBSan),
-#   5. runs the tests of 3 again with AddressSanitizer + UndefinedBehaviorSanitizer.
+#   5. runs the tests of 3 again with AddressSanitizer + UndefinedBehaviorSanitizer,
+#   6. compiles and links the CUDA configuration's device-critical binaries (scripts/build-kokkos.sh
+#      --cuda; HYBRIDSEQ_CUDA=ON) and checks ptxas' figures of the attention kernels; where nvcc
+#      is missing this step says so and is skipped. Nothing runs on a GPU here.
 # Usage: scripts/test.sh [--no-sanitize]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,4 +47,16 @@ if ((sanitize)); then
     run_config build-sanitize -DHYBRIDSEQ_SANITIZE=ON -DHYBRIDSEQ_BUILD_BENCH=OFF -DHYBRIDSEQ_CHECK_HEADERS=OFF \
       -DHYBRIDSEQ_BUILD_EXAMPLES=OFF -DHYBRIDSEQ_FAIL_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
+fi
+echo "== hybridseq: CUDA configuration, compile and link only (no GPU on this machine) =="
+if command -v nvcc >/dev/null; then
+  kokkos_cuda=$(bash scripts/build-kokkos.sh --cuda | tail -n 1)
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos_cuda" -DHYBRIDSEQ_CUDA=ON >/dev/null
+  # A hybrid model's training step, Trainer and decoding session (quickstart); the attention
+  # kernels and branch, GSS, the norms and activations, as the test families that carry them.
+  cmake --build build-cuda -j "$jobs" --target quickstart test_attention test_gss test_layers test_mamba
+  # The portable attention kernels keep every value in registers: no spills, no stack frame.
+  bash scripts/cuda-resources.sh check build-cuda 'hybridseq::kernels::attention::team::' 0
+else
+  echo "hybridseq: nvcc not found: the CUDA configuration was not compiled" >&2
 fi

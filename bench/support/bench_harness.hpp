@@ -5,6 +5,8 @@
 
 #include <hybridseq/core.hpp>
 
+#include "tokens.hpp"
+
 namespace hybridseq::bench {
 
 template <class L>
@@ -23,9 +25,7 @@ class Harness {
     core::fill(Space{}, core::flat(x_), core::Init::normal(1.0), 42, 1);
     if constexpr (LossLayer<L>) {
       targets_ = Tensor<std::int32_t**, Space>("targets", batch, time);
-      const auto t = targets_;
-      Kokkos::parallel_for(
-          Kokkos::RangePolicy<Space>(0, batch * time), KOKKOS_LAMBDA(int i) { t.data()[i] = (i * 7919) % L::vocab; });
+      fill_tokens<Space>(targets_, L::vocab);
     } else {
       y_ = Tensor<float***, Space>("y", batch, time, L::d_out);
       dy_ = Tensor<float***, Space>("dy", batch, time, L::d_out);

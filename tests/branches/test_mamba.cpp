@@ -281,9 +281,10 @@ HYBRIDSEQ_SPACE_TEST_CASE("selective scan forward matches the naive oracle", "[m
       const auto chunks = testing::to_vector(od.chunks);
       for (int c = 0; c < int(kernels::scan_chunks(s.t, s.chunk)); ++c) {
         ScanData<double, TestType> prefix(s.b, c * s.chunk, s.di, N, s.chunk);
-        for (auto [dst, src] : {std::pair{prefix.u, sd.u}, std::pair{prefix.dt, sd.dt}})
-          Kokkos::deep_copy(dst, Kokkos::subview(src, Kokkos::ALL, std::make_pair(0, c * s.chunk), Kokkos::ALL));
-        Kokkos::deep_copy(prefix.bc, Kokkos::subview(sd.bc, Kokkos::ALL, std::make_pair(0, c * s.chunk), Kokkos::ALL));
+        const auto steps = std::make_pair(0, c * s.chunk);
+        Kokkos::deep_copy(prefix.u, Kokkos::subview(sd.u, Kokkos::ALL, steps, Kokkos::ALL));
+        Kokkos::deep_copy(prefix.dt, Kokkos::subview(sd.dt, Kokkos::ALL, steps, Kokkos::ALL));
+        Kokkos::deep_copy(prefix.bc, Kokkos::subview(sd.bc, Kokkos::ALL, steps, Kokkos::ALL));
         Kokkos::deep_copy(prefix.dt_bias, sd.dt_bias);
         Kokkos::deep_copy(prefix.d_skip, sd.d_skip);
         Kokkos::deep_copy(prefix.a_log, sd.a_log);
@@ -529,10 +530,11 @@ View time_slice(const View& x, int t0, int t1) {
   return out;
 }
 
-template <class T, class Space>
+// The case is a template parameter so that nvcc prints its layer type as written: it cannot
+// print the expansion of a case's alias templates from a non-dependent context.
+template <class Case, class T, class Space>
 void check_decoding(double tol) {
-  using Case = cases::MambaSmall;
-  using L = Case::Layer<T, Space>;
+  using L = typename Case::template Layer<T, Space>;
   testing::Harness<Case, T, Space> h;  // random, perturbed parameters (richer dynamics than init)
   h.randomize(99);
   const L& layer = h.layer;
@@ -607,10 +609,10 @@ void check_decoding(double tol) {
 
 HYBRIDSEQ_SPACE_TEST_CASE("mamba: prefill + steps reproduce forward; snapshot/restore", "[mamba][decode]") {
   SECTION("float") {
-    check_decoding<float, TestType>(1e-5);
+    check_decoding<cases::MambaSmall, float, TestType>(1e-5);
   }
   SECTION("double") {
-    check_decoding<double, TestType>(1e-12);
+    check_decoding<cases::MambaSmall, double, TestType>(1e-12);
   }
 }
 
