@@ -20,8 +20,8 @@ inline cudaError_t cudaMemPrefetchAsync(const void* ptr, size_t bytes, int devic
 inline cudaError_t cudaMemAdvise(const void* ptr, size_t bytes, cudaMemoryAdvise advice, int device) {
   return cudaMemAdvise(ptr, bytes, advice, hybridseq_cuda_location(device));
 }
-inline cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t* from,
-                                            const cudaGraphNode_t* to, size_t count) {
+inline cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t* from, const cudaGraphNode_t* to,
+                                            size_t count) {
   return cudaGraphAddDependencies(graph, from, to, nullptr, count);
 }
 #endif
