@@ -52,9 +52,11 @@ echo "== hybridseq: CUDA configuration, compile and link only (no GPU on this ma
 if command -v nvcc >/dev/null; then
   kokkos_cuda=$(bash scripts/build-kokkos.sh --cuda | tail -n 1)
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos_cuda" -DHYBRIDSEQ_CUDA=ON >/dev/null
-  # A hybrid model's training step, Trainer and decoding session (quickstart); the attention
-  # kernels and branch, GSS, the norms and activations, as the test families that carry them.
-  cmake --build build-cuda -j "$jobs" --target quickstart test_attention test_gss test_layers test_mamba
+  # A hybrid model's training step (its norms, activations, GEMMs), Trainer and decoding
+  # session on Kokkos::Cuda (quickstart), and the attention and scan test families. The GSS
+  # and layers families compile too (cmake --build build-cuda); they are left out of CI for
+  # its time budget (~4 minutes on 2 cores).
+  cmake --build build-cuda -j "$jobs" --target quickstart test_attention test_mamba
   # The portable attention kernels keep every value in registers: no spills, no stack frame.
   bash scripts/cuda-resources.sh check build-cuda 'hybridseq::kernels::attention::team::' 0
 else
