@@ -19,6 +19,10 @@
 
 #include "../tool_support.hpp"
 
+#if HYBRIDSEQ_ABLATE_MPI
+#include <hybridseq/parallel/mpi.hpp>
+#endif
+
 namespace hybridseq::ablate {
 
 /// Every architecture of the tool takes its vocabulary from the task at run time
@@ -43,6 +47,10 @@ struct ExperimentConfig {
   bool progress = true;                    // a TerminalProgress line per architecture (stdout)
   bool describe = false;                   // print each model's tree (core::describe) instead of training it
   std::function<bool()> stop_requested{};  // polled after every step (the tool's SIGINT/SIGTERM flag)
+#if HYBRIDSEQ_ABLATE_MPI
+  // Set: every rank trains this variant together, `batch` split into one micro-batch per rank.
+  parallel::Mpi* data_parallel = nullptr;
+#endif
 };
 
 struct LengthAccuracy {
@@ -120,36 +128,58 @@ ArchResult run_experiment(const std::string& name, int layers, const ExperimentC
   if (config.progress)
     to.progress = train::TerminalProgress(name, {.every = int(std::max<std::int64_t>(1, config.steps / 10))});
   to.stop_requested = config.stop_requested;
+  // Data-parallel: the step's batch is one micro-batch per rank (the trainer's accumulation).
+  int ranks = 1;
+#if HYBRIDSEQ_ABLATE_MPI
+  if (config.data_parallel) ranks = config.data_parallel->size();
+#endif
+  if (config.batch % ranks != 0)
+    fail<config_error>("hybridseq-ablate", "--batch ", config.batch, " is not divisible by the ", ranks,
+                       " ranks training each variant together (--ranks data-parallel)");
+  const int micro_batch = config.batch / ranks;
+  to.accumulation = ranks;
   // Training at max_len and evaluating eval_batch sequences (logits included) at the longest
   // evaluated length must fit in memory: checked before either allocates.
   int longest = config.max_len;
   for (int len : config.eval_lengths) longest = std::max(longest, len);
   tools::check_memory("hybridseq-ablate",
-                      "--batch " + std::to_string(config.batch) + " x --max-len " + std::to_string(config.max_len),
-                      tools::estimate_step_bytes(model, config.batch, config.max_len));
+                      "--batch " + std::to_string(micro_batch) + " x --max-len " + std::to_string(config.max_len),
+                      tools::estimate_step_bytes(model, micro_batch, config.max_len));
   tools::check_memory(
       "hybridseq-ablate",
       "evaluating " + std::to_string(config.eval_batch) + " sequences of length " + std::to_string(longest),
       tools::estimate_step_bytes(model, config.eval_batch, longest) +
           double(config.eval_batch) * longest * model.vocab_size() * sizeof(typename Model::scalar_type));
-  train::Trainer trainer(model, to);
-  const auto summary = trainer.run(tasks::task_batches<Space>(
-      config.task,
-      {.seed = to.data_seed, .batch = config.batch, .min_len = config.min_len, .max_len = config.max_len}));
-  if (summary.stopped)
-    fail<error>("hybridseq-ablate", name, " stopped by signal after step ", trainer.step(), "; no results written");
-
+  const auto source = tasks::task_batches<Space>(config.task, {.seed = to.data_seed,
+                                                               .batch = micro_batch,
+                                                               .min_len = config.min_len,
+                                                               .max_len = config.max_len,
+                                                               .accumulation = ranks});
   ArchResult r;
+  auto train = [&](auto&& trainer) {
+    const auto summary = trainer.run(source);
+    if (summary.stopped)
+      fail<error>("hybridseq-ablate", name, " stopped by signal after step ", trainer.step(), "; no results written");
+    r.seconds = summary.seconds;
+    r.tokens_per_second = summary.tokens_per_second();
+    for (const auto& s : summary.log) r.loss_curve.push_back(s.loss);
+    return std::move(trainer.workspace());
+  };
+  core::Workspace<Space> ws;
+#if HYBRIDSEQ_ABLATE_MPI
+  if (config.data_parallel)
+    ws = train(train::Trainer(model, to, *config.data_parallel));
+  else
+#endif
+    ws = train(train::Trainer(model, to));
+
   r.arch = name;
   r.parameters = core::parameter_count(model);
-  r.seconds = summary.seconds;
-  r.tokens_per_second = summary.tokens_per_second();
-  for (const auto& s : summary.log) r.loss_curve.push_back(s.loss);
-  const std::size_t tail = std::max<std::size_t>(1, summary.log.size() / 10);
-  for (std::size_t i = summary.log.size() - std::min(tail, summary.log.size()); i < summary.log.size(); ++i)
-    r.final_loss += summary.log[i].loss / double(std::min(tail, summary.log.size()));
+  const std::size_t steps = r.loss_curve.size();
+  const std::size_t tail = std::max<std::size_t>(1, steps / 10);
+  for (std::size_t i = steps - std::min(tail, steps); i < steps; ++i)
+    r.final_loss += r.loss_curve[i] / double(std::min(tail, steps));
 
-  auto& ws = trainer.workspace();
   const std::uint64_t eval_seed = config.seed + 2;
   r.accuracy = detail::evaluate(model, ws, config.task, eval_seed, config.eval_batches, config.eval_batch,
                                 config.min_len, config.max_len);

@@ -4,15 +4,24 @@
 //   hybridseq-ablate --task var-copy --arch ssm,tf,ssm-tf,ssm-tf-tf
 //   hybridseq-ablate --arch pha-ablations --steps 500 --json grid.json
 //   hybridseq-ablate --list
+//   mpirun -np 2 hybridseq-ablate --arch pha-ablations       # variants spread over the ranks
+//   mpirun -np 2 hybridseq-ablate --arch pha --ranks data-parallel   # one variant, all ranks
 //
 // Prints a results table (parameters, final training loss, char/string accuracy, accuracy at
 // longer lengths, OOD accuracy, tokens/s) and PHA's learned mixing weights per layer; writes
 // the same to JSON/CSV on request (scripts/plot_ablation.py turns the JSON into a PNG).
+//
+// Built with MPI (when CMake finds it), under mpirun the tool either spreads the chosen
+// variants over the ranks (`--ranks spread`, the default: variant i trains on rank i mod P,
+// each whole and exactly as it would alone; rank 0 gathers the results and prints the one
+// table) or trains each variant data-parallel on all ranks (`--ranks data-parallel`: --batch
+// is the global batch, one micro-batch of batch / P sequences per rank).
 #include <CLI/CLI.hpp>
 
 #include <charconv>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <system_error>
@@ -106,10 +115,31 @@ void print_table(const std::vector<ArchResult>& results, const ExperimentConfig&
   }
 }
 
+nlohmann::json to_json(const tasks::Accuracy& a) {
+  return nlohmann::json{{"char", a.chr},
+                        {"string", a.str},
+                        {"positions", a.positions},
+                        {"sequences", a.sequences},
+                        {"correct_positions", a.correct_positions},
+                        {"correct_sequences", a.correct_sequences}};
+}
+
+nlohmann::json to_json(const ArchResult& r) {
+  nlohmann::json a{{"arch", r.arch},
+                   {"parameters", r.parameters},
+                   {"final_loss", r.final_loss},
+                   {"accuracy", to_json(r.accuracy)},
+                   {"tokens_per_second", r.tokens_per_second},
+                   {"seconds", r.seconds},
+                   {"loss_curve", r.loss_curve},
+                   {"mixing_weights", r.mixing_weights}};
+  for (const auto& x : r.length_generalisation)
+    a["length_generalisation"].push_back({{"length", x.length}, {"accuracy", to_json(x.accuracy)}});
+  if (r.ood) a["ood_accuracy"] = to_json(*r.ood);
+  return a;
+}
+
 nlohmann::json to_json(const std::vector<ArchResult>& results, const ExperimentConfig& c) {
-  auto acc = [](const tasks::Accuracy& a) {
-    return nlohmann::json{{"char", a.chr}, {"string", a.str}, {"positions", a.positions}, {"sequences", a.sequences}};
-  };
   nlohmann::json j;
   j["task"] = c.task.name();
   j["steps"] = c.steps;
@@ -117,20 +147,7 @@ nlohmann::json to_json(const std::vector<ArchResult>& results, const ExperimentC
   j["lr"] = c.lr;
   j["train_lengths"] = {c.min_len, c.max_len};
   j["seed"] = c.seed;
-  for (const auto& r : results) {
-    nlohmann::json a{{"arch", r.arch},
-                     {"parameters", r.parameters},
-                     {"final_loss", r.final_loss},
-                     {"accuracy", acc(r.accuracy)},
-                     {"tokens_per_second", r.tokens_per_second},
-                     {"seconds", r.seconds},
-                     {"loss_curve", r.loss_curve},
-                     {"mixing_weights", r.mixing_weights}};
-    for (const auto& x : r.length_generalisation)
-      a["length_generalisation"].push_back({{"length", x.length}, {"accuracy", acc(x.accuracy)}});
-    if (r.ood) a["ood_accuracy"] = acc(*r.ood);
-    j["results"].push_back(a);
-  }
+  for (const auto& r : results) j["results"].push_back(to_json(r));
   return j;
 }
 
@@ -158,9 +175,73 @@ std::vector<int> parse_lengths(const std::string& list) {
   return out;
 }
 
+#if HYBRIDSEQ_ABLATE_MPI
+tasks::Accuracy accuracy_from_json(const nlohmann::json& j) {
+  return {.chr = j.at("char"),
+          .str = j.at("string"),
+          .positions = j.at("positions"),
+          .sequences = j.at("sequences"),
+          .correct_positions = j.at("correct_positions"),
+          .correct_sequences = j.at("correct_sequences")};
+}
+
+/// The inverse of to_json(ArchResult) (doubles survive the round trip exactly: nlohmann
+/// writes the shortest text that reads back to the same value).
+ArchResult result_from_json(const nlohmann::json& j) {
+  ArchResult r;
+  r.arch = j.at("arch");
+  r.parameters = j.at("parameters");
+  r.final_loss = j.at("final_loss");
+  r.accuracy = accuracy_from_json(j.at("accuracy"));
+  r.tokens_per_second = j.at("tokens_per_second");
+  r.seconds = j.at("seconds");
+  r.loss_curve = j.at("loss_curve").get<std::vector<double>>();
+  r.mixing_weights = j.at("mixing_weights").get<std::vector<std::vector<double>>>();
+  if (j.contains("length_generalisation"))
+    for (const auto& x : j["length_generalisation"])
+      r.length_generalisation.push_back({x.at("length"), accuracy_from_json(x.at("accuracy"))});
+  if (j.contains("ood_accuracy")) r.ood = accuracy_from_json(j["ood_accuracy"]);
+  return r;
+}
+
+/// Variant i on rank i mod P; rank 0 gathers every rank's results (or its error) and returns
+/// them in the order chosen. A rank's failure is every rank's: rank 0 reports it and fails.
+std::vector<ArchResult> run_spread(parallel::Mpi& world, const std::vector<Architecture>& chosen,
+                                   const ExperimentConfig& c) {
+  nlohmann::json mine = {{"results", nlohmann::json::array()}};
+  try {
+    for (std::size_t i = std::size_t(world.rank()); i < chosen.size(); i += std::size_t(world.size()))
+      mine["results"].push_back({{"index", i}, {"result", to_json(chosen[i].run(c))}});
+  } catch (const std::exception& e) {
+    mine["error"] = e.what();  // reported by rank 0, after the others finished theirs
+  }
+  const auto all = world.gather_text(mine.dump());
+  if (world.rank() != 0) {
+    if (mine.contains("error"))
+      fail<error>("hybridseq-ablate", "rank ", world.rank(), ": ", std::string(mine["error"]));
+    return {};
+  }
+  std::vector<std::optional<ArchResult>> ordered(chosen.size());
+  std::string errors;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const auto j = nlohmann::json::parse(all[r]);
+    if (j.contains("error")) errors += "\n  rank " + std::to_string(r) + ": " + std::string(j["error"]);
+    for (const auto& x : j["results"]) ordered.at(x.at("index").get<std::size_t>()) = result_from_json(x.at("result"));
+  }
+  if (!errors.empty()) fail<error>("hybridseq-ablate", "variants failed on some ranks; no results written", errors);
+  std::vector<ArchResult> results;
+  for (auto& r : ordered) results.push_back(std::move(*r));
+  return results;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
+#if HYBRIDSEQ_ABLATE_MPI
+  // Before anything reads argv: MPI_Init may take its own arguments out.
+  parallel::MpiSession mpi(argc, argv);
+#endif
   CLI::App app{"hybridseq-ablate: train architectures on a synthetic task and compare them"};
   std::string task_name = "var-copy", arch_list = "ssm,ssm-big,tf,tf-big,ssm-tf,ssm-tf-tf,pha", json_path, csv_path,
               lengths = "60,80,100";
@@ -204,6 +285,14 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write results as JSON");
   app.add_option("--csv", csv_path, "write results as CSV");
   app.add_flag("--quiet", quiet, "no progress display");
+#if HYBRIDSEQ_ABLATE_MPI
+  std::string ranks_mode = "spread";
+  app.add_option("--ranks", ranks_mode,
+                 "under mpirun: 'spread' (each rank trains whole variants) or 'data-parallel' (all ranks train each "
+                 "variant, --batch split over them)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"spread", "data-parallel"}));
+#endif
   app.add_flag("--describe", c.describe,
                "print each chosen architecture's module tree and parameter counts, then exit");
   CLI11_PARSE(app, argc, argv);
@@ -237,14 +326,37 @@ int main(int argc, char** argv) {
     c.eval_lengths = parse_lengths(lengths);
     c.progress = !quiet;
     const auto chosen = select(all, split(arch_list));
+#if HYBRIDSEQ_ABLATE_MPI
+    parallel::Mpi world;
+    const bool lead = world.rank() == 0;
+    if (ranks_mode == "data-parallel" && world.size() > 1) c.data_parallel = &world;
+#else
+    const bool lead = true;
+#endif
 
-    std::printf(
-        "hybridseq-ablate: task %s (vocabulary %d), %lld steps x batch %d, lengths %d-%d, lr %.1e, warm-up %lld then "
-        "cosine decay, %s with %d thread(s)\n",
-        c.task.name().c_str(), c.task.vocab_size(), static_cast<long long>(c.steps), c.batch, c.min_len, c.max_len,
-        c.lr, static_cast<long long>(c.warmup), DefaultSpace::name(), core::compat::concurrency(DefaultSpace{}));
+    if (lead)
+      std::printf(
+          "hybridseq-ablate: task %s (vocabulary %d), %lld steps x batch %d, lengths %d-%d, lr %.1e, warm-up %lld then "
+          "cosine decay, %s with %d thread(s)\n",
+          c.task.name().c_str(), c.task.vocab_size(), static_cast<long long>(c.steps), c.batch, c.min_len, c.max_len,
+          c.lr, static_cast<long long>(c.warmup), DefaultSpace::name(), core::compat::concurrency(DefaultSpace{}));
+#if HYBRIDSEQ_ABLATE_MPI
+    if (world.size() > 1 && lead)
+      std::printf("hybridseq-ablate: %d ranks, %s\n", world.size(),
+                  c.data_parallel ? "each variant data-parallel over all of them" : "variants spread over them");
+#endif
     std::vector<ArchResult> results;
+#if HYBRIDSEQ_ABLATE_MPI
+    if (world.size() > 1 && !c.data_parallel && !c.describe) {
+      results = run_spread(world, chosen, c);
+      if (!lead) return 0;
+    } else if (lead || !c.describe) {
+      for (const auto& a : chosen) results.push_back(a.run(c));
+    }
+    if (!lead) return 0;  // data-parallel: every rank holds the same results; rank 0 reports them
+#else
     for (const auto& a : chosen) results.push_back(a.run(c));
+#endif
     if (c.describe) return 0;
     print_table(results, c, c.ood_task.has_value());
     if (!json_path.empty()) tools::write_output("--json", json_path, to_json(results, c).dump(2) + '\n');

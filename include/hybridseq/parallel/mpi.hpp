@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -84,6 +85,12 @@ class MpiSession {
 struct MpiOptions {
   double timeout_seconds = 300;          // the longest any one operation waits for a peer
   std::size_t bucket_bytes = 16u << 20;  // gradient bytes per message
+  // true: sum_tree adds in the fixed pairwise order (bits independent of the world size for
+  // powers of two; 2·log2(P) gradient transfers per step). false: MPI_Allreduce (the MPI
+  // library's ring or recursive-halving algorithm, ~2 transfers whatever P: what many ranks
+  // need — docs/results.md, scaling), reproducible for a given P and MPI library but not
+  // across world sizes.
+  bool reproducible = true;
 };
 
 /// A communicator over an MPI communicator (not owned; MPI_COMM_WORLD by default).
@@ -117,7 +124,36 @@ class Mpi {
     wait(request, "allgather", -1);
   }
 
-  /// The fixed-order tree sum of communicator.hpp, bucket by bucket, result on every rank.
+  /// Every rank's text on rank 0, in rank order (other ranks get an empty list): for tools that
+  /// gather results, e.g. hybridseq-ablate's table of variants trained on different ranks.
+  std::vector<std::string> gather_text(std::string_view mine) {
+    const std::vector<double> length = {double(mine.size())};
+    std::vector<double> lengths(std::size_t(size_), 0);
+    allgather(length, lengths);
+    std::vector<int> counts(static_cast<std::size_t>(size_)), offsets(static_cast<std::size_t>(size_));
+    std::size_t total = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (lengths[r] > double(std::numeric_limits<int>::max()) || total > std::size_t(std::numeric_limits<int>::max()))
+        fail<value_error>("hybridseq::parallel::Mpi::gather_text", "rank ", r, "'s text of ", lengths[r],
+                          " bytes exceeds what one MPI message carries");
+      counts[r] = int(lengths[r]);
+      offsets[r] = int(total);
+      total += std::size_t(counts[r]);
+    }
+    std::string all(rank_ == 0 ? total : 0, '\0');
+    MPI_Request request;
+    check(MPI_Igatherv(mine.data(), int(mine.size()), MPI_CHAR, all.data(), counts.data(), offsets.data(), MPI_CHAR, 0,
+                       comm_, &request),
+          "gather_text");
+    wait(request, "gather_text", -1);
+    std::vector<std::string> out;
+    if (rank_ == 0)
+      for (int r = 0; r < size_; ++r) out.push_back(all.substr(std::size_t(offsets[r]), std::size_t(counts[r])));
+    return out;
+  }
+
+  /// The fixed-order tree sum of communicator.hpp (or, with `reproducible` off, MPI_Allreduce),
+  /// bucket by bucket, result on every rank.
   template <class T, class... P>
   void sum_tree(const Kokkos::View<T*, P...>& buffer) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
@@ -133,6 +169,12 @@ class Mpi {
     for (std::size_t begin = 0; begin < n; begin += bucket) {
       const int count = int(std::min(bucket, n - begin));
       T* own = host.data() + begin;
+      if (!options_.reproducible) {
+        MPI_Request request;
+        check(MPI_Iallreduce(MPI_IN_PLACE, own, count, type, MPI_SUM, comm_, &request), "sum_tree all-reduce");
+        wait(request, "sum_tree (all-reduce)", -1);
+        continue;
+      }
       for (int d = 1; d < size_; d *= 2) {
         if (rank_ % (2 * d) == 0) {
           if (rank_ + d >= size_) continue;

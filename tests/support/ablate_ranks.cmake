@@ -1,0 +1,45 @@
+# hybridseq-ablate under mpirun: the variants of a grid spread over 2 ranks give the one table
+# of a single-process run, variant for variant (losses, curves, accuracies; not the timings),
+# and one variant trained data-parallel on both ranks reports a result.
+# cmake -DTOOL=<hybridseq-ablate> -DMPIEXEC=<mpiexec> -DWORK_DIR=<dir> -P ablate_ranks.cmake
+file(MAKE_DIRECTORY "${WORK_DIR}")
+set(args --steps 30 --warmup 3 --arch ssm-tf,pha,tf --eval-lengths 60 --quiet)
+
+function(run name)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${name}:\n${out}${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${name} exited with ${rc}")
+  endif()
+endfunction()
+
+run("one process" "${TOOL}" ${args} --json "${WORK_DIR}/one.json")
+run("mpirun -np 2 (spread)" "${MPIEXEC}" -n 2 "${TOOL}" ${args} --json "${WORK_DIR}/two.json")
+
+file(READ "${WORK_DIR}/one.json" one)
+file(READ "${WORK_DIR}/two.json" two)
+string(JSON n LENGTH "${one}" results)
+string(JSON m LENGTH "${two}" results)
+if(NOT n EQUAL 3 OR NOT m EQUAL 3)
+  message(FATAL_ERROR "expected 3 variants in each table, got ${n} (one process) and ${m} (2 ranks)")
+endif()
+math(EXPR last "${n} - 1")
+foreach(i RANGE ${last})
+  foreach(field arch parameters final_loss loss_curve accuracy length_generalisation mixing_weights)
+    string(JSON a GET "${one}" results ${i} ${field})
+    string(JSON b GET "${two}" results ${i} ${field})
+    if(NOT a STREQUAL b)
+      message(FATAL_ERROR "variant ${i}: '${field}' differs between one process and 2 ranks:\n${a}\nvs\n${b}")
+    endif()
+  endforeach()
+endforeach()
+message("the 2-rank table equals the single-process one, variant for variant")
+
+run("mpirun -np 2 (data-parallel)" "${MPIEXEC}" -n 2 "${TOOL}" --steps 30 --warmup 3 --arch pha --quiet --ranks
+    data-parallel --json "${WORK_DIR}/data_parallel.json")
+file(READ "${WORK_DIR}/data_parallel.json" dp)
+string(JSON arch GET "${dp}" results 0 arch)
+string(JSON loss GET "${dp}" results 0 final_loss)
+if(NOT arch STREQUAL "pha" OR NOT loss GREATER 0)
+  message(FATAL_ERROR "data-parallel run: result ${arch} with loss ${loss}")
+endif()
