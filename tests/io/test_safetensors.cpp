@@ -20,12 +20,8 @@
 #include <hybridseq/io/safetensors.hpp>
 
 #include "io/temp_dir.hpp"
+#include "support/golden.hpp"
 #include <unistd.h>
-
-#ifndef HYBRIDSEQ_GOLDEN_DIR
-// The build defines it as a string literal: the absolute path of tests/golden.
-#error "HYBRIDSEQ_GOLDEN_DIR is not defined"
-#endif
 
 namespace {
 
@@ -152,7 +148,7 @@ void check_interop(const SafetensorsFile& f) {
   CHECK(f.read<float>("f_scalar", std::vector<std::int64_t>{}) == std::vector<float>{7.0f});
 }
 
-const fs::path golden_dir{HYBRIDSEQ_GOLDEN_DIR};
+const fs::path golden_dir = hybridseq::testing::golden_dir();
 
 }  // namespace
 

@@ -23,6 +23,7 @@
 #include <hybridseq/io/parameters.hpp>
 
 #include "../cases/case_list.hpp"
+#include "golden.hpp"
 
 namespace hybridseq::testing {
 
@@ -480,8 +481,7 @@ template <class Case, class Space>
 void check_golden(double rtol = 1e-5, double atol = 1e-6) {
   using H = Harness<Case, float, Space>;
   using L = typename H::L;
-  const auto file = io::SafetensorsFile::open(std::filesystem::path(HYBRIDSEQ_GOLDEN_DIR) /
-                                              (std::string(Case::golden) + ".safetensors"));
+  const auto file = io::SafetensorsFile::open(golden_dir() / (std::string(Case::golden) + ".safetensors"));
   H h;
   const auto& in = file.info("input");
   h.allocate(static_cast<int>(in.shape[0]), static_cast<int>(in.shape[1]));

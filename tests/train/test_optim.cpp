@@ -11,6 +11,7 @@
 #include <hybridseq/io/safetensors.hpp>
 #include <hybridseq/train.hpp>
 
+#include "support/golden.hpp"
 #include "support/spaces.hpp"
 
 using namespace hybridseq;
@@ -42,7 +43,7 @@ std::vector<float> get(const View& v) {
 }  // namespace
 
 HYBRIDSEQ_SPACE_TEST_CASE("AdamW matches torch.optim.AdamW, decay only on weights", "[train]") {
-  const auto file = io::SafetensorsFile::open(std::filesystem::path(HYBRIDSEQ_GOLDEN_DIR) / "adamw.safetensors");
+  const auto file = io::SafetensorsFile::open(testing::golden_dir() / "adamw.safetensors");
   TwoParams<TestType> m;
   set(m.w.value(), file.read<float>("params/w"));
   set(m.g.value(), file.read<float>("params/g"));
