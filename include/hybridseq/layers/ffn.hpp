@@ -6,6 +6,7 @@
 ///   gated: y = down(f(gate(x)) ⊙ up(x))
 
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "../core/check.hpp"
@@ -196,9 +197,18 @@ class GatedFfn {
 
 }  // namespace detail
 
-/// A feed-forward branch (B, T, d) → (B, T, d); the form is chosen by `S.kind`.
+/// A feed-forward branch (B, T, d) → (B, T, d); the form is chosen by `S.kind`. A class rather
+/// than an alias of the chosen form: nvcc 13 cannot re-emit an alias template expanded with a
+/// class-type constant (docs/design.md, "CUDA").
 template <FfnShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-using Ffn = std::conditional_t<S.kind == FfnKind::mlp, detail::MlpFfn<S, T, Space>, detail::GatedFfn<S, T, Space>>;
+class Ffn
+    : public std::conditional_t<S.kind == FfnKind::mlp, detail::MlpFfn<S, T, Space>, detail::GatedFfn<S, T, Space>> {
+  using Form = std::conditional_t<S.kind == FfnKind::mlp, detail::MlpFfn<S, T, Space>, detail::GatedFfn<S, T, Space>>;
+
+ public:
+  using Form::Form;
+  static constexpr std::string_view kind = S.kind == FfnKind::mlp ? "MlpFfn" : "GatedFfn";  // core::describe
+};
 
 /// Compile-time shape of the Dual-FFN branch (PHA): a primary FFN and a narrower auxiliary
 /// one read the same input and are summed (papers.md §1, an [open] point; default widths
