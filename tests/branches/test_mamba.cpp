@@ -120,6 +120,20 @@ struct ScanData {
   }
 };
 
+/// Steps t0 .. t1 − 1 of every input of s.
+template <class T, class Space>
+ScanData<T, Space> steps_of(const ScanData<T, Space>& s, int t0, int t1) {
+  ScanData<T, Space> p(s.b, t1 - t0, s.di, s.n, s.chunk);
+  const auto steps = std::make_pair(t0, t1);
+  Kokkos::deep_copy(p.u, Kokkos::subview(s.u, Kokkos::ALL, steps, Kokkos::ALL));
+  Kokkos::deep_copy(p.dt, Kokkos::subview(s.dt, Kokkos::ALL, steps, Kokkos::ALL));
+  Kokkos::deep_copy(p.bc, Kokkos::subview(s.bc, Kokkos::ALL, steps, Kokkos::ALL));
+  Kokkos::deep_copy(p.dt_bias, s.dt_bias);
+  Kokkos::deep_copy(p.d_skip, s.d_skip);
+  Kokkos::deep_copy(p.a_log, s.a_log);
+  return p;
+}
+
 template <class T, class Space>
 struct ScanGrads {
   Tensor<T***, Space> du, ddt, dbc;  // dbc: dB and dC in the columns of B and C
@@ -151,24 +165,37 @@ struct ScanOut {
   Tensor<T****, Space> chunks;
 };
 
-template <int N, class T, class Space>
+/// The scan kernels for Space (Team: the team kernels, which Space's dispatch picks only on devices).
+template <int N, bool Team = false, class T, class Space>
 ScanOut<N, T, Space> kernel_forward(const ScanData<T, Space>& s, Tensor<const T***, Space> h0 = {}) {
   ScanOut<N, T, Space> o{Tensor<T***, Space>("y", s.b, s.t, s.di), Tensor<T***, Space>("h", s.b, s.di, N),
                          Tensor<T****, Space>("chunks", s.b, kernels::scan_chunks(s.t, s.chunk), s.di, N)};
-  kernels::selective_scan_forward<N, T>(Space{}, s.u, s.dt, s.dt_bias, s.a_log, s.bm(), s.cm(), s.d_skip, h0, o.y,
-                                        o.chunks, o.h_last, s.chunk);
+  if constexpr (Team)
+    kernels::team::selective_scan_forward<N, T>(Space{}, s.u, s.dt, s.dt_bias, s.a_log, s.bm(), s.cm(), s.d_skip, h0,
+                                                o.y, o.chunks, o.h_last, s.chunk);
+  else
+    kernels::selective_scan_forward<N, T>(Space{}, s.u, s.dt, s.dt_bias, s.a_log, s.bm(), s.cm(), s.d_skip, h0, o.y,
+                                          o.chunks, o.h_last, s.chunk);
   Space().fence();
   return o;
 }
 
-template <int N, class T, class Space>
+template <int N, bool Team = false, class T, class Space>
 ScanGrads<T, Space> kernel_backward(const ScanData<T, Space>& s) {
-  const auto fwd = kernel_forward<N>(s);
+  const auto fwd = kernel_forward<N, Team>(s);
   ScanGrads<T, Space> g(s);
   core::Workspace<Space> ws;
-  kernels::selective_scan_backward<N, T>(Space{}, ws, s.u, s.dt, s.dt_bias, s.a_log, s.bm(), s.cm(), s.d_skip,
-                                         fwd.chunks, s.dy, g.du, g.ddt, g.da_log, g.dbm(N), g.dcm(N), g.dd_skip,
-                                         g.ddt_bias, s.chunk);
+  if constexpr (Team) {
+    kernels::team::selective_scan_backward<N, T>(Space{}, ws, s.u, s.dt, s.dt_bias, s.a_log, s.bm(), s.cm(), s.d_skip,
+                                                 fwd.chunks, s.dy, g.du, g.ddt, g.da_log, g.dbm(N), g.dcm(N), g.dd_skip,
+                                                 g.ddt_bias, s.chunk);
+    // The size query is exact (layers size their arena with it).
+    CHECK(ws.peak_bytes() == kernels::team::selective_scan_backward_scratch<N, T>(s.b, s.t, s.di, s.chunk));
+  } else {
+    kernels::selective_scan_backward<N, T>(Space{}, ws, s.u, s.dt, s.dt_bias, s.a_log, s.bm(), s.cm(), s.d_skip,
+                                           fwd.chunks, s.dy, g.du, g.ddt, g.da_log, g.dbm(N), g.dcm(N), g.dd_skip,
+                                           g.ddt_bias, s.chunk);
+  }
   Space().fence();
   return g;
 }
@@ -305,16 +332,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("selective scan continues from an initial state", "[ma
   s.randomize();
   const auto full = kernel_forward<N>(s);
   for (int k : {1, 4, 10}) {
-    auto part = [&](int t0, int t1) {
-      ScanData<double, TestType> p(s.b, t1 - t0, s.di, N, s.chunk);
-      Kokkos::deep_copy(p.u, Kokkos::subview(s.u, Kokkos::ALL, std::make_pair(t0, t1), Kokkos::ALL));
-      Kokkos::deep_copy(p.dt, Kokkos::subview(s.dt, Kokkos::ALL, std::make_pair(t0, t1), Kokkos::ALL));
-      Kokkos::deep_copy(p.bc, Kokkos::subview(s.bc, Kokkos::ALL, std::make_pair(t0, t1), Kokkos::ALL));
-      Kokkos::deep_copy(p.dt_bias, s.dt_bias);
-      Kokkos::deep_copy(p.d_skip, s.d_skip);
-      Kokkos::deep_copy(p.a_log, s.a_log);
-      return p;
-    };
+    auto part = [&](int t0, int t1) { return steps_of(s, t0, t1); };
     const auto first = kernel_forward<N>(part(0, k));
     // The second half continues the first's final state, written in place (h0 = h_last).
     auto second_in = part(k, s.t);
@@ -387,6 +405,68 @@ HYBRIDSEQ_SPACE_TEST_CASE("selective scan backward matches the oracle and finite
   });
 }
 
+// The team kernels (Kokkos::Cuda's scan) run here on the host spaces, one thread per team.
+HYBRIDSEQ_SPACE_TEST_CASE("device scan kernels match the naive oracle", "[mamba][scan][team]") {
+  // Beyond the shared shapes: Di over two groups and odd; a chunk longer than the staged block
+  // (32 steps), so a chunk is walked in several blocks, T not a multiple of either; chunk = 1.
+  auto check = [&]<int N>(ScanData<float, TestType> s) {
+    DYNAMIC_SECTION(shape_name(s.b, s.t, s.di, N, s.chunk)) {
+      s.randomize();
+      const auto sd = s.template converted<double>();
+      const auto [y_ref, h_ref] = oracle_forward(sd);
+      const auto od = kernel_forward<N, true>(sd);
+      CHECK(scaled_error(testing::to_vector(od.y), y_ref) <= 1e-12);
+      CHECK(scaled_error(testing::to_vector(od.h_last), h_ref) <= 1e-12);
+      // The checkpoints are the host kernel's (checked against oracle prefixes above).
+      CHECK(scaled_error(testing::to_vector(od.chunks), testing::to_vector(kernel_forward<N>(sd).chunks)) <= 1e-12);
+      const auto of = kernel_forward<N, true>(s);
+      CHECK(scaled_error(testing::to_vector(of.y), y_ref) <= 2e-6);
+      CHECK(scaled_error(testing::to_vector(of.h_last), h_ref) <= 2e-6);
+
+      const auto ref = oracle_backward(sd).all();
+      const auto gd = kernel_backward<N, true>(sd).all();
+      const auto gf = kernel_backward<N, true>(s).all();
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        const double ed = scaled_error(gd[i].second, ref[i].second);
+        const double ef = scaled_error(gf[i].second, ref[i].second);
+        INFO(ref[i].first << ": double team kernel " << ed << ", float team kernel " << ef);
+        CHECK(ed <= 1e-12);
+        CHECK(ef <= 2e-5);
+      }
+      // Fixed summation orders, no races: the same bits again.
+      const auto again = kernel_backward<N, true>(s).all();
+      for (std::size_t i = 0; i < again.size(); ++i) {
+        INFO(again[i].first);
+        CHECK(gf[i].second == again[i].second);
+      }
+    }
+  };
+  for_each_scan_shape<TestType>(check);
+  check.template operator()<16>(ScanData<float, TestType>(2, 100, 67, 16, 40));
+  check.template operator()<2>(ScanData<float, TestType>(1, 70, 131, 2, 70));
+  check.template operator()<3>(ScanData<float, TestType>(2, 6, 9, 3, 1));
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("device scan kernel continues from an initial state in place", "[mamba][scan][team]") {
+  constexpr int N = 5;
+  ScanData<double, TestType> s(2, 45, 21, N, 7);
+  s.randomize();
+  const auto full = kernel_forward<N, true>(s);
+  for (int k : {1, 33}) {
+    const auto first = steps_of(s, 0, k), second = steps_of(s, k, s.t);
+    Tensor<double***, TestType> h("h", s.b, s.di, N);
+    Kokkos::deep_copy(h, kernel_forward<N, true>(first).h_last);
+    Tensor<double***, TestType> y2("y2", s.b, s.t - k, s.di);
+    kernels::team::selective_scan_forward<N, double>(TestType{}, second.u, second.dt, second.dt_bias, second.a_log,
+                                                     second.bm(), second.cm(), second.d_skip, h, y2, {}, h, s.chunk);
+    TestType().fence();
+    Tensor<double***, TestType> y_tail("y_tail", s.b, s.t - k, s.di);
+    Kokkos::deep_copy(y_tail, Kokkos::subview(full.y, Kokkos::ALL, std::make_pair(k, s.t), Kokkos::ALL));
+    CHECK(scaled_error(testing::to_vector(y2), testing::to_vector(y_tail)) <= 1e-13);
+    CHECK(scaled_error(testing::to_vector(h), testing::to_vector(full.h_last)) <= 1e-13);
+  }
+}
+
 HYBRIDSEQ_SPACE_TEST_CASE("selective scan backward is bit-identical at any thread count", "[mamba][scan]") {
   constexpr int N = 16;
   ScanData<float, TestType> s(2, 40, 150, N, 8);
@@ -394,7 +474,9 @@ HYBRIDSEQ_SPACE_TEST_CASE("selective scan backward is bit-identical at any threa
   ScanData<float, Kokkos::Serial> serial(2, 40, 150, N, 8);
   serial.randomize();
   const auto a = kernel_backward<N>(s).all();
-  const auto b = kernel_backward<N>(serial).all();
+  // On a device the scan is the team kernel, whose arithmetic the device compiler contracts
+  // differently from the host's: there its bits are compared with a second run.
+  const auto b = kernels::scan_runs_on_host<TestType> ? kernel_backward<N>(serial).all() : kernel_backward<N>(s).all();
   for (std::size_t i = 0; i < a.size(); ++i) {
     INFO(a[i].first);
     CHECK(a[i].second == b[i].second);

@@ -27,6 +27,11 @@
 /// (A_log, D, dt_bias) are written per sequence and summed over sequences in order by a
 /// third. No atomics: the gradients are bit-identical at any thread count.
 ///
+/// **Devices.** Where the host cannot read the execution space's memory (Kokkos::Cuda), the
+/// same entry points run the team kernels of `namespace team` below: a thread per channel,
+/// B_t and C_t staged in team scratch, the same checkpoints and partial sums, and a backward
+/// workspace sized by the problem (`team::selective_scan_backward_scratch`), not by threads.
+///
 /// **exp.** The float path evaluates exp(ΔA) as exp2_polynomial(Δ · A·log₂e), a vectorisable
 /// branch-free 2^z (see below); double keeps math::exp for the gradient checks. (exp.hpp's
 /// exp_polynomial is not used: its float-compare clamps keep GCC 12 from vectorising a loop
@@ -571,6 +576,354 @@ inline const char* selective_scan_isa() {
   return detail::host_has_avx2_fma() ? "avx2+fma" : (HYBRIDSEQ_SCAN_ISA_DISPATCH ? "baseline" : "compiler target");
 }
 
+/// The selective scan as portable Kokkos team kernels, for execution spaces whose memory the
+/// host cannot read (Kokkos::Cuda). They run on Serial and OpenMP too (one thread per team),
+/// which is how the test suite checks them against the oracle on every machine.
+///
+/// Work split (mamba-ssm's: a block per (batch, channel group), time sequential):
+///   forward   a team per (sequence, `channels` channels); a thread owns a channel and its N
+///             states. The team stages `staged_steps` rows of B_t and C_t (shared by all
+///             channels) in scratch, then each thread runs those steps for its channel;
+///             chunk-start states go to h_chunks, the host kernel's checkpoint layout.
+///   backward  the same teams walk the chunks from last to first. Per chunk: each thread
+///             recomputes its states from the checkpoint into a trace (B, L, N, Di) in the
+///             caller's workspace (Di innermost: a warp's accesses are contiguous); the team
+///             sums dC_t = Σ_d dy_t[d] h_t[d] over its channels; each thread runs the reverse
+///             recurrence, overwriting its trace entries with its dB_t terms, which the team
+///             then sums. Those sums are the host kernel's per-group partials (B, groups, T,
+///             2, N), added over groups by ScanReduceGroups in a fixed order; per-channel
+///             sums (dA_log, dD, ddt_bias) go per sequence to ScanReduceSequences.
+/// Every sum has a fixed order: no atomics, the same bits at any team size. Between the
+/// staged blocks a thread keeps its states (and dL/dh) in team scratch, so that a host team
+/// of one thread can run all of its channels in turn; scratch stays within 40 KB.
+namespace team {
+
+/// Channels per team: the host backward's group, so both write the same partials.
+inline constexpr int channels = scan_group_channels;
+
+/// Rows of B_t and C_t staged per block: at most 32, within 40 KB beside two (channels, N)
+/// state arrays.
+template <int N, class T>
+constexpr int staged_steps() {
+  constexpr std::size_t budget = 40 * 1024, states = 2 * std::size_t(channels) * N * sizeof(T);
+  static_assert(states + 2 * N * sizeof(T) <= budget,
+                "hybridseq::kernels::team: N too large for the scan's team scratch");
+  constexpr std::size_t rows = (budget - states) / (2 * N * sizeof(T));
+  return rows > 32 ? 32 : static_cast<int>(rows);
+}
+
+namespace detail {
+
+template <class Space>
+using Member = typename Kokkos::TeamPolicy<Space>::member_type;
+
+/// One thread per channel on a device; one per team on the host, where a team is one
+/// thread's task and its channels run in turn.
+template <class Space>
+constexpr int team_size() {
+  return Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible ? 1 : channels;
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr std::size_t slice_bytes(std::int64_t count) {
+  return (sizeof(T) * std::size_t(count) + 7) / 8 * 8;
+}
+
+/// A typed slice of team scratch, a multiple of 8 bytes (doubles stay aligned).
+template <class T, class Member>
+KOKKOS_INLINE_FUNCTION T* scratch(const Member& team, std::int64_t count) {
+  return static_cast<T*>(team.team_shmem().get_shmem(slice_bytes<T>(count)));
+}
+
+/// rows[s·N + n] = m(b, t0 + s, n) for s < len: a block of B_t or C_t rows.
+template <int N, class Member, class View, class T>
+KOKKOS_INLINE_FUNCTION void stage_rows(const Member& team, const View& m, int b, int t0, int len, T* rows) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len * N), [&](const int i) { rows[i] = m(b, t0 + i / N, i % N); });
+}
+
+template <int N, class T, class Space>
+struct Forward {
+  static constexpr int K = staged_steps<N, T>();
+  using M = ScanMath<T>;
+
+  Tensor<const T***, Space> u, dt;          // (B, T, Di)
+  Tensor<const T*, Space> dt_bias, d_skip;  // (Di)
+  Tensor<const T**, Space> a_log;           // (Di, N)
+  StridedTensor<const T***, Space> bm, cm;  // (B, T, N)
+  Tensor<const T***, Space> h0;             // (B, Di, N) or empty
+  Tensor<T***, Space> y;                    // (B, T, Di)
+  Tensor<T****, Space> h_chunks;            // (B, ⌈T/L⌉, Di, N) or empty
+  Tensor<T***, Space> h_last;               // (B, Di, N) or empty; may alias h0
+  int chunk, groups;
+
+  static std::size_t scratch_bytes() { return slice_bytes<T>(channels * N) + 2 * slice_bytes<T>(K * N); }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member<Space>& team) const {
+    const int b = team.league_rank() / groups, d0 = team.league_rank() % groups * channels;
+    const int di = static_cast<int>(u.extent(2)), steps = static_cast<int>(u.extent(1));
+    const int lanes = di - d0 < channels ? di - d0 : channels;
+    T* const hs = scratch<T>(team, channels * N);  // hs[n·channels + j]: state n of channel d0 + j
+    T* const bs = scratch<T>(team, K * N);
+    T* const cs = scratch<T>(team, K * N);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes), [&](const int j) {
+      for (int n = 0; n < N; ++n) hs[n * channels + j] = h0.data() ? h0(b, d0 + j, n) : T(0);
+    });
+    for (int t0 = 0; t0 < steps; t0 += K) {
+      const int len = steps - t0 < K ? steps - t0 : K;
+      team.team_barrier();  // the previous block's rows are read
+      stage_rows<N>(team, bm, b, t0, len, bs);
+      stage_rows<N>(team, cm, b, t0, len, cs);
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes),
+                           [&](const int j) { block(b, d0 + j, &hs[j], t0, len, bs, cs); });
+    }
+    if (h_last.data())
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes), [&](const int j) {
+        for (int n = 0; n < N; ++n) h_last(b, d0 + j, n) = hs[n * channels + j];
+      });
+  }
+
+  /// Steps t0 .. t0 + len − 1 of channel d, whose states are hs[n·channels].
+  KOKKOS_INLINE_FUNCTION void block(const int b, const int d, T* const hs, const int t0, const int len,
+                                    const T* const bs, const T* const cs) const {
+    T a2[N], h[N];
+    for (int n = 0; n < N; ++n) {
+      a2[n] = -M::exp(a_log(d, n)) * T(M::decay_scale);
+      h[n] = hs[n * channels];
+    }
+    const T bias = dt_bias(d), dsk = d_skip(d);
+    int next = (t0 + chunk - 1) / chunk * chunk;  // the next checkpoint: a compare per step, no division
+    for (int s = 0; s < len; ++s) {
+      const int t = t0 + s;
+      if (h_chunks.data() && t == next) {
+        for (int n = 0; n < N; ++n) h_chunks(b, t / chunk, d, n) = h[n];
+        next += chunk;
+      }
+      const T x = u(b, t, d), delta = M::softplus(dt(b, t, d) + bias), dx = delta * x;
+      T yv = dsk * x;
+      for (int n = 0; n < N; ++n) {
+        h[n] = M::decay(delta * a2[n]) * h[n] + dx * bs[s * N + n];
+        yv += cs[s * N + n] * h[n];
+      }
+      y(b, t, d) = yv;
+    }
+    for (int n = 0; n < N; ++n) hs[n * channels] = h[n];
+  }
+};
+
+template <int N, class T, class Space>
+struct Backward {
+  static constexpr int K = staged_steps<N, T>();
+  using M = ScanMath<T>;
+
+  Tensor<const T***, Space> u, dt, dy;      // (B, T, Di)
+  Tensor<const T*, Space> dt_bias, d_skip;  // (Di)
+  Tensor<const T**, Space> a_log;           // (Di, N)
+  StridedTensor<const T***, Space> bm, cm;  // (B, T, N)
+  Tensor<const T****, Space> h_chunks;      // (B, ⌈T/L⌉, Di, N)
+  Tensor<T***, Space> du, ddt;              // (B, T, Di), accumulated
+  Tensor<T***, Space> param_partial;        // (B, Di, N + 2): per sequence dA | dD | ddt_bias
+  Tensor<T*****, Space> partial;            // (B, groups, T, 2, N): Σ over a group's channels of dB, dC
+  Tensor<T****, Space> trace;               // (B, min(L, T), N, Di): a chunk's states, then its dB terms
+  int chunk, groups;
+
+  static std::size_t scratch_bytes() { return 2 * slice_bytes<T>(channels * N) + 2 * slice_bytes<T>(K * N); }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member<Space>& team) const {
+    const int b = team.league_rank() / groups, grp = team.league_rank() % groups, d0 = grp * channels;
+    const int di = static_cast<int>(u.extent(2)), steps = static_cast<int>(u.extent(1));
+    const int lanes = di - d0 < channels ? di - d0 : channels;
+    T* const hs = scratch<T>(team, channels * N);   // recomputed states, [n·channels + j]
+    T* const dhs = scratch<T>(team, channels * N);  // dL/dh carried to earlier steps
+    T* const bs = scratch<T>(team, K * N);
+    T* const cs = scratch<T>(team, K * N);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes), [&](const int j) {
+      for (int n = 0; n < N; ++n) dhs[n * channels + j] = T(0);
+      for (int n = 0; n < N + 2; ++n) param_partial(b, d0 + j, n) = T(0);
+    });
+    for (int c = static_cast<int>(scan_chunks(steps, chunk)) - 1; c >= 0; --c) {
+      const int t0 = c * chunk, len = steps - t0 < chunk ? steps - t0 : chunk;
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes), [&](const int j) {
+        for (int n = 0; n < N; ++n) hs[n * channels + j] = h_chunks(b, c, d0 + j, n);
+      });
+      for (int k0 = 0; k0 < len; k0 += K) {
+        const int kl = len - k0 < K ? len - k0 : K;
+        team.team_barrier();  // the previous block's rows and the previous chunk's dB terms are read
+        stage_rows<N>(team, bm, b, t0 + k0, kl, bs);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes),
+                             [&](const int j) { recompute(b, d0 + j, &hs[j], t0, k0, kl, bs); });
+      }
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len * N), [&](const int i) {
+        const int s = i / N, n = i % N;
+        T acc = 0;
+        for (int j = 0; j < lanes; ++j) acc += dy(b, t0 + s, d0 + j) * trace(b, s, n, d0 + j);
+        partial(b, grp, t0 + s, 1, n) = acc;
+      });
+      for (int k0 = (len - 1) / K * K; k0 >= 0; k0 -= K) {
+        const int kl = len - k0 < K ? len - k0 : K;
+        team.team_barrier();  // the states are summed into dC; the previous block's rows are read
+        stage_rows<N>(team, bm, b, t0 + k0, kl, bs);
+        stage_rows<N>(team, cm, b, t0 + k0, kl, cs);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes),
+                             [&](const int j) { reverse(b, c, d0 + j, &dhs[j], t0, k0, kl, bs, cs); });
+      }
+      team.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len * N), [&](const int i) {
+        const int s = i / N, n = i % N;
+        T acc = 0;
+        for (int j = 0; j < lanes; ++j) acc += trace(b, s, n, d0 + j);
+        partial(b, grp, t0 + s, 0, n) = acc;
+      });
+    }
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes), [&](const int j) {
+      for (int n = 0; n < N; ++n) param_partial(b, d0 + j, n) *= -M::exp(a_log(d0 + j, n));  // dA_log = dA ⊙ A
+    });
+  }
+
+  /// Chunk steps k0 .. k0 + kl − 1 (from t0) of channel d: its states into the trace, with
+  /// the arithmetic of Forward.
+  KOKKOS_INLINE_FUNCTION void recompute(const int b, const int d, T* const hs, const int t0, const int k0, const int kl,
+                                        const T* const bs) const {
+    T a2[N], h[N];
+    for (int n = 0; n < N; ++n) {
+      a2[n] = -M::exp(a_log(d, n)) * T(M::decay_scale);
+      h[n] = hs[n * channels];
+    }
+    const T bias = dt_bias(d);
+    for (int s = 0; s < kl; ++s) {
+      const int t = t0 + k0 + s;
+      const T delta = M::softplus(dt(b, t, d) + bias), dx = delta * u(b, t, d);
+      for (int n = 0; n < N; ++n) {
+        h[n] = M::decay(delta * a2[n]) * h[n] + dx * bs[s * N + n];
+        trace(b, k0 + s, n, d) = h[n];
+      }
+    }
+    for (int n = 0; n < N; ++n) hs[n * channels] = h[n];
+  }
+
+  /// The reverse recurrence over chunk steps k0 + kl − 1 down to k0 of channel d (chunk c);
+  /// dhs[n·channels] carries dL/dh, param_partial(b, d) the channel's sums.
+  KOKKOS_INLINE_FUNCTION void reverse(const int b, const int c, const int d, T* const dhs, const int t0, const int k0,
+                                      const int kl, const T* const bs, const T* const cs) const {
+    T anat[N], a2[N], dh[N], da[N];
+    for (int n = 0; n < N; ++n) {
+      anat[n] = -M::exp(a_log(d, n));
+      a2[n] = anat[n] * T(M::decay_scale);
+      dh[n] = dhs[n * channels];
+      da[n] = param_partial(b, d, n);
+    }
+    const T bias = dt_bias(d), dsk = d_skip(d);
+    T dD = param_partial(b, d, N), dbias = param_partial(b, d, N + 1);
+    for (int s = kl - 1; s >= 0; --s) {
+      const int t = t0 + k0 + s, i = k0 + s;
+      const T x = u(b, t, d), g = dy(b, t, d);
+      T delta, sig;
+      M::softplus_and_sigmoid(dt(b, t, d) + bias, delta, sig);
+      const T dx = delta * x;
+      T ddelta = 0, dxv = g * dsk;
+      dD += g * x;
+      for (int n = 0; n < N; ++n) {
+        const T bn = bs[s * N + n];
+        const T hp = i > 0 ? trace(b, i - 1, n, d) : h_chunks(b, c, d, n);  // h_{t−1}
+        const T a = M::decay(delta * a2[n]);
+        const T dhv = dh[n] + g * cs[s * N + n];  // dL/dh_t
+        const T dexp = dhv * hp * a;              // dL/d(ΔA) through exp
+        ddelta += dexp * anat[n] + dhv * x * bn;
+        da[n] += dexp * delta;
+        dxv += dhv * delta * bn;
+        dh[n] = dhv * a;               // dL/dh_{t−1}
+        trace(b, i, n, d) = dhv * dx;  // the dB_t term; h_t's dC_t term is already summed
+      }
+      const T dv = ddelta * sig;
+      du(b, t, d) += dxv;
+      ddt(b, t, d) += dv;
+      dbias += dv;
+    }
+    for (int n = 0; n < N; ++n) {
+      dhs[n * channels] = dh[n];
+      param_partial(b, d, n) = da[n];
+    }
+    param_partial(b, d, N) = dD;
+    param_partial(b, d, N + 1) = dbias;
+  }
+};
+
+}  // namespace detail
+
+/// Workspace of `selective_scan_backward` (the team kernel) for u (b, t, di): the dB/dC
+/// partials per channel group, the per-sequence parameter partials and one chunk's trace.
+template <int N, Scalar T>
+std::size_t selective_scan_backward_scratch(std::int64_t b, std::int64_t t, std::int64_t di, int chunk) {
+  if (b == 0 || t == 0 || di == 0) return 0;
+  const std::int64_t groups = (di + channels - 1) / channels;
+  return core::padded_bytes<T>(b * groups * t * 2 * N) + core::padded_bytes<T>(b * di * (N + 2)) +
+         core::padded_bytes<T>(b * std::min<std::int64_t>(chunk, t) * N * di);
+}
+
+/// `kernels::selective_scan_forward` as a team kernel: same arguments, contract and results
+/// up to rounding (the host checks its arguments before calling it).
+template <int N, Scalar T, ExecutionSpace Space>
+void selective_scan_forward(const Space& exec, TensorArg<const T***, Space> u, TensorArg<const T***, Space> dt,
+                            TensorArg<const T*, Space> dt_bias, TensorArg<const T**, Space> a_log,
+                            std::type_identity_t<StridedTensor<const T***, Space>> bm,
+                            std::type_identity_t<StridedTensor<const T***, Space>> cm,
+                            TensorArg<const T*, Space> d_skip, TensorArg<const T***, Space> h0,
+                            TensorArg<T***, Space> y, TensorArg<T****, Space> h_chunks, TensorArg<T***, Space> h_last,
+                            int chunk = scan_default_chunk) {
+  const std::int64_t b = u.extent(0), di = u.extent(2);
+  if (b == 0 || di == 0) return;
+  const int groups = static_cast<int>((di + channels - 1) / channels);
+  using F = detail::Forward<N, T, Space>;
+  Kokkos::TeamPolicy<Space> policy(exec, b * groups, detail::team_size<Space>());
+  Kokkos::parallel_for(
+      "hybridseq::kernels::selective_scan::forward[team]",
+      policy.set_scratch_size(0, Kokkos::PerTeam(F::scratch_bytes())),
+      F{u, dt, dt_bias, d_skip, a_log, bm, cm, h0, y, h_chunks, h_last, chunk < 1 ? 1 : chunk, groups});
+}
+
+/// `kernels::selective_scan_backward` as a team kernel; its workspace is
+/// `team::selective_scan_backward_scratch`.
+template <int N, Scalar T, ExecutionSpace Space>
+void selective_scan_backward(const Space& exec, core::Workspace<Space>& ws, TensorArg<const T***, Space> u,
+                             TensorArg<const T***, Space> dt, TensorArg<const T*, Space> dt_bias,
+                             TensorArg<const T**, Space> a_log,
+                             std::type_identity_t<StridedTensor<const T***, Space>> bm,
+                             std::type_identity_t<StridedTensor<const T***, Space>> cm,
+                             TensorArg<const T*, Space> d_skip, TensorArg<const T****, Space> h_chunks,
+                             TensorArg<const T***, Space> dy, TensorArg<T***, Space> du, TensorArg<T***, Space> ddt,
+                             TensorArg<T**, Space> da_log, std::type_identity_t<StridedTensor<T***, Space>> dbm,
+                             std::type_identity_t<StridedTensor<T***, Space>> dcm, TensorArg<T*, Space> dd_skip,
+                             TensorArg<T*, Space> ddt_bias, int chunk = scan_default_chunk) {
+  const std::int64_t b = u.extent(0), t = u.extent(1), di = u.extent(2);
+  if (b == 0 || t == 0 || di == 0) return;
+  const int groups = static_cast<int>((di + channels - 1) / channels);
+  core::WorkspaceScope<Space> scope(ws);
+  auto partial = ws.template allocate<T*****>("selective_scan.partial", b, groups, t, 2, N);
+  auto param_partial = ws.template allocate<T***>("selective_scan.param_partial", b, di, N + 2);
+  auto trace = ws.template allocate<T****>("selective_scan.trace", b, std::min<std::int64_t>(chunk, t), N, di);
+  using F = detail::Backward<N, T, Space>;
+  Kokkos::TeamPolicy<Space> policy(exec, b * groups, detail::team_size<Space>());
+  Kokkos::parallel_for(
+      "hybridseq::kernels::selective_scan::backward[team]",
+      policy.set_scratch_size(0, Kokkos::PerTeam(F::scratch_bytes())),
+      F{u, dt, dy, dt_bias, d_skip, a_log, bm, cm, h_chunks, du, ddt, param_partial, partial, trace, chunk, groups});
+  Kokkos::parallel_for("hybridseq::kernels::selective_scan::reduce_groups", Kokkos::RangePolicy<Space>(exec, 0, b * t),
+                       kernels::detail::ScanReduceGroups<T, Space>{partial, dbm, dcm});
+  Kokkos::parallel_for("hybridseq::kernels::selective_scan::reduce_sequences", Kokkos::RangePolicy<Space>(exec, 0, di),
+                       kernels::detail::ScanReduceSequences<T, Space>{param_partial, da_log, dd_skip, ddt_bias});
+}
+
+}  // namespace team
+
+/// True when the host kernels above run on `Space` (its memory is the host's); the team
+/// kernels run elsewhere.
+template <class Space>
+inline constexpr bool scan_runs_on_host =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible;
+
 /// Forward selective scan.
 ///
 /// Shapes: u, dt, y (B, T, Di); dt_bias, D (Di); A_log (Di, N); Bm, Cm (B, T, N), any strides.
@@ -600,25 +953,34 @@ void selective_scan_forward(const Space& exec, TensorArg<const T***, Space> u, T
     core::check_shape(api, "h_chunks", h_chunks, core::dim(b), core::dim(scan_chunks(t, chunk)), core::dim(di),
                       core::dim(N));
   }
-  constexpr int W = scan_forward_lanes<T>;
-  const int blocks = static_cast<int>((di + W - 1) / W);
-  if (b == 0 || di == 0) return;
-  Kokkos::parallel_for("hybridseq::kernels::selective_scan::forward[chunked]",
-                       Kokkos::RangePolicy<Space>(exec, 0, b * blocks),
-                       detail::ScanForward<N, T, Space>{u, dt, dt_bias, d_skip, a_log, bm, cm, h0, y, h_chunks, h_last,
-                                                        chunk < 1 ? 1 : chunk, blocks, detail::use_avx2<T, Space>()});
+  if constexpr (!scan_runs_on_host<Space>) {
+    team::selective_scan_forward<N, T>(exec, u, dt, dt_bias, a_log, bm, cm, d_skip, h0, y, h_chunks, h_last, chunk);
+  } else {
+    constexpr int W = scan_forward_lanes<T>;
+    const int blocks = static_cast<int>((di + W - 1) / W);
+    if (b == 0 || di == 0) return;
+    Kokkos::parallel_for(
+        "hybridseq::kernels::selective_scan::forward[chunked]", Kokkos::RangePolicy<Space>(exec, 0, b * blocks),
+        detail::ScanForward<N, T, Space>{u, dt, dt_bias, d_skip, a_log, bm, cm, h0, y, h_chunks, h_last,
+                                         chunk < 1 ? 1 : chunk, blocks, detail::use_avx2<T, Space>()});
+  }
 }
 
-/// Scratch of `selective_scan_backward` for u (b, t, di) on `concurrency` threads (its
-/// UniqueToken's size): the dB/dC partials per channel group, the per-sequence parameter
-/// partials and one chunk buffer per thread.
-template <int N, Scalar T>
+/// Scratch of `selective_scan_backward` on `Space` for u (b, t, di). On the host, with
+/// `concurrency` threads (its UniqueToken's size): the dB/dC partials per channel group, the
+/// per-sequence parameter partials and one chunk buffer per thread. Elsewhere the team
+/// kernel's, which does not depend on `concurrency`.
+template <int N, Scalar T, class Space = Kokkos::DefaultHostExecutionSpace>
 std::size_t selective_scan_backward_scratch(std::int64_t b, std::int64_t t, std::int64_t di, int chunk,
                                             int concurrency) {
-  if (b == 0 || t == 0 || di == 0) return 0;
-  const std::int64_t groups = (di + scan_group_channels - 1) / scan_group_channels;
-  return core::padded_bytes<T>(b * groups * t * 2 * N) + core::padded_bytes<T>(b * di * (N + 2)) +
-         core::padded_bytes<T>(std::int64_t(concurrency) * chunk * scan_backward_lanes<T> * (2 * N + 2));
+  if constexpr (!scan_runs_on_host<Space>) {
+    return team::selective_scan_backward_scratch<N, T>(b, t, di, chunk);
+  } else {
+    if (b == 0 || t == 0 || di == 0) return 0;
+    const std::int64_t groups = (di + scan_group_channels - 1) / scan_group_channels;
+    return core::padded_bytes<T>(b * groups * t * 2 * N) + core::padded_bytes<T>(b * di * (N + 2)) +
+           core::padded_bytes<T>(std::int64_t(concurrency) * chunk * scan_backward_lanes<T> * (2 * N + 2));
+  }
 }
 
 /// Backward of `selective_scan_forward` from its chunk checkpoints (zero initial state or the
@@ -657,23 +1019,29 @@ void selective_scan_backward(const Space& exec, core::Workspace<Space>& ws, Tens
   core::check_shape(api, "dD", dd_skip, core::dim(di));
   core::check_shape(api, "ddt_bias", ddt_bias, core::dim(di));
   if (b == 0 || t == 0 || di == 0) return;
-
-  constexpr int W = scan_backward_lanes<T>;
-  const int groups = static_cast<int>((di + scan_group_channels - 1) / scan_group_channels);
-  core::WorkspaceScope<Space> scope(ws);
-  auto partial = ws.template allocate<T*****>("selective_scan.partial", b, groups, t, 2, N);
-  auto param_partial = ws.template allocate<T***>("selective_scan.param_partial", b, di, N + 2);
-  const Kokkos::Experimental::UniqueToken<Space> token(exec);
-  auto scratch =
-      ws.template allocate<T**>("selective_scan.scratch", token.size(), std::size_t(chunk) * W * (2 * N + 2));
-  Kokkos::parallel_for(
-      "hybridseq::kernels::selective_scan::backward[chunked]", Kokkos::RangePolicy<Space>(exec, 0, b * groups),
-      detail::ScanBackward<N, T, Space>{u, dt, dy, dt_bias, d_skip, a_log, bm, cm, h_chunks, du, ddt, param_partial,
-                                        partial, scratch, token, chunk, groups, detail::use_avx2<T, Space>()});
-  Kokkos::parallel_for("hybridseq::kernels::selective_scan::reduce_groups", Kokkos::RangePolicy<Space>(exec, 0, b * t),
-                       detail::ScanReduceGroups<T, Space>{partial, dbm, dcm});
-  Kokkos::parallel_for("hybridseq::kernels::selective_scan::reduce_sequences", Kokkos::RangePolicy<Space>(exec, 0, di),
-                       detail::ScanReduceSequences<T, Space>{param_partial, da_log, dd_skip, ddt_bias});
+  if constexpr (!scan_runs_on_host<Space>) {
+    team::selective_scan_backward<N, T>(exec, ws, u, dt, dt_bias, a_log, bm, cm, d_skip, h_chunks, dy, du, ddt, da_log,
+                                        dbm, dcm, dd_skip, ddt_bias, chunk);
+  } else {
+    constexpr int W = scan_backward_lanes<T>;
+    const int groups = static_cast<int>((di + scan_group_channels - 1) / scan_group_channels);
+    core::WorkspaceScope<Space> scope(ws);
+    auto partial = ws.template allocate<T*****>("selective_scan.partial", b, groups, t, 2, N);
+    auto param_partial = ws.template allocate<T***>("selective_scan.param_partial", b, di, N + 2);
+    const Kokkos::Experimental::UniqueToken<Space> token(exec);
+    auto scratch =
+        ws.template allocate<T**>("selective_scan.scratch", token.size(), std::size_t(chunk) * W * (2 * N + 2));
+    Kokkos::parallel_for(
+        "hybridseq::kernels::selective_scan::backward[chunked]", Kokkos::RangePolicy<Space>(exec, 0, b * groups),
+        detail::ScanBackward<N, T, Space>{u, dt, dy, dt_bias, d_skip, a_log, bm, cm, h_chunks, du, ddt, param_partial,
+                                          partial, scratch, token, chunk, groups, detail::use_avx2<T, Space>()});
+    Kokkos::parallel_for("hybridseq::kernels::selective_scan::reduce_groups",
+                         Kokkos::RangePolicy<Space>(exec, 0, b * t),
+                         detail::ScanReduceGroups<T, Space>{partial, dbm, dcm});
+    Kokkos::parallel_for("hybridseq::kernels::selective_scan::reduce_sequences",
+                         Kokkos::RangePolicy<Space>(exec, 0, di),
+                         detail::ScanReduceSequences<T, Space>{param_partial, da_log, dd_skip, ddt_bias});
+  }
 }
 
 }  // namespace kernels

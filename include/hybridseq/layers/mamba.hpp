@@ -266,7 +266,8 @@ class Mamba {
     const std::size_t saved = core::padded_bytes<T>(rows * 2 * Di) + 4 * inner + dbc +
                               core::padded_bytes<T>(b * kernels::scan_chunks(t, options_.scan_chunk) * Di * N);
     const std::size_t scan =
-        2 * inner + dbc + kernels::selective_scan_backward_scratch<N, T>(b, t, Di, options_.scan_chunk, q.concurrency);
+        2 * inner + dbc +
+        kernels::selective_scan_backward_scratch<N, T, Space>(b, t, Di, options_.scan_chunk, q.concurrency);
     return {saved, saved + inner, core::padded_bytes<T>(rows * 2 * Di) + inner + std::max(inner, scan)};
   }
 
