@@ -594,18 +594,18 @@ inline const char* selective_scan_isa() {
 ///             2, N), added over groups by ScanReduceGroups in a fixed order; per-channel
 ///             sums (dA_log, dD, ddt_bias) go per sequence to ScanReduceSequences.
 /// Every sum has a fixed order: no atomics, the same bits at any team size. Between the
-/// staged blocks a thread keeps its states (and dL/dh) in team scratch, so that a host team
+/// staged blocks a thread keeps its states (and dL/dh, dL/dA) in team scratch, so that a host team
 /// of one thread can run all of its channels in turn; scratch stays within 40 KB.
 namespace team {
 
 /// Channels per team: the host backward's group, so both write the same partials.
 inline constexpr int channels = scan_group_channels;
 
-/// Rows of B_t and C_t staged per block: at most 32, within 40 KB beside two (channels, N)
-/// state arrays.
+/// Rows of B_t and C_t staged per block: at most 32, within 40 KB beside backward's three
+/// (channels, N) arrays.
 template <int N, class T>
 constexpr int staged_steps() {
-  constexpr std::size_t budget = 40 * 1024, states = 2 * std::size_t(channels) * N * sizeof(T);
+  constexpr std::size_t budget = 40 * 1024, states = 3 * std::size_t(channels) * N * sizeof(T);
   static_assert(states + 2 * N * sizeof(T) <= budget,
                 "hybridseq::kernels::team: N too large for the scan's team scratch");
   constexpr std::size_t rows = (budget - states) / (2 * N * sizeof(T));
@@ -727,7 +727,7 @@ struct Backward {
   Tensor<T****, Space> trace;               // (B, min(L, T), N, Di): a chunk's states, then its dB terms
   int chunk, groups;
 
-  static std::size_t scratch_bytes() { return 2 * slice_bytes<T>(channels * N) + 2 * slice_bytes<T>(K * N); }
+  static std::size_t scratch_bytes() { return 3 * slice_bytes<T>(channels * N) + 2 * slice_bytes<T>(K * N); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member<Space>& team) const {
     const int b = team.league_rank() / groups, grp = team.league_rank() % groups, d0 = grp * channels;
@@ -735,11 +735,14 @@ struct Backward {
     const int lanes = di - d0 < channels ? di - d0 : channels;
     T* const hs = scratch<T>(team, channels * N);   // recomputed states, [n·channels + j]
     T* const dhs = scratch<T>(team, channels * N);  // dL/dh carried to earlier steps
+    // dL/dA summed over steps: in scratch rather than registers, where 16 double states
+    // and their dL/dh already take most of a thread's 255.
+    T* const das = scratch<T>(team, channels * N);
     T* const bs = scratch<T>(team, K * N);
     T* const cs = scratch<T>(team, K * N);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes), [&](const int j) {
-      for (int n = 0; n < N; ++n) dhs[n * channels + j] = T(0);
-      for (int n = 0; n < N + 2; ++n) param_partial(b, d0 + j, n) = T(0);
+      for (int n = 0; n < N; ++n) dhs[n * channels + j] = das[n * channels + j] = T(0);
+      param_partial(b, d0 + j, N) = param_partial(b, d0 + j, N + 1) = T(0);
     });
     for (int c = static_cast<int>(scan_chunks(steps, chunk)) - 1; c >= 0; --c) {
       const int t0 = c * chunk, len = steps - t0 < chunk ? steps - t0 : chunk;
@@ -768,7 +771,7 @@ struct Backward {
         stage_rows<N>(team, cm, b, t0 + k0, kl, cs);
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes),
-                             [&](const int j) { reverse(b, c, d0 + j, &dhs[j], t0, k0, kl, bs, cs); });
+                             [&](const int j) { reverse(b, c, d0 + j, &dhs[j], &das[j], t0, k0, kl, bs, cs); });
       }
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len * N), [&](const int i) {
@@ -779,7 +782,8 @@ struct Backward {
       });
     }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes), [&](const int j) {
-      for (int n = 0; n < N; ++n) param_partial(b, d0 + j, n) *= -M::exp(a_log(d0 + j, n));  // dA_log = dA ⊙ A
+      for (int n = 0; n < N; ++n)  // dA_log = dA ⊙ A
+        param_partial(b, d0 + j, n) = das[n * channels + j] * -M::exp(a_log(d0 + j, n));
     });
   }
 
@@ -805,15 +809,15 @@ struct Backward {
   }
 
   /// The reverse recurrence over chunk steps k0 + kl − 1 down to k0 of channel d (chunk c);
-  /// dhs[n·channels] carries dL/dh, param_partial(b, d) the channel's sums.
-  KOKKOS_INLINE_FUNCTION void reverse(const int b, const int c, const int d, T* const dhs, const int t0, const int k0,
-                                      const int kl, const T* const bs, const T* const cs) const {
-    T anat[N], a2[N], dh[N], da[N];
+  /// dhs[n·channels] carries dL/dh, das[n·channels] dL/dA, param_partial(b, d, N | N + 1)
+  /// the channel's dD and ddt_bias.
+  KOKKOS_INLINE_FUNCTION void reverse(const int b, const int c, const int d, T* const dhs, T* const das, const int t0,
+                                      const int k0, const int kl, const T* const bs, const T* const cs) const {
+    T anat[N], a2[N], dh[N];
     for (int n = 0; n < N; ++n) {
       anat[n] = -M::exp(a_log(d, n));
       a2[n] = anat[n] * T(M::decay_scale);
       dh[n] = dhs[n * channels];
-      da[n] = param_partial(b, d, n);
     }
     const T bias = dt_bias(d), dsk = d_skip(d);
     T dD = param_partial(b, d, N), dbias = param_partial(b, d, N + 1);
@@ -832,7 +836,7 @@ struct Backward {
         const T dhv = dh[n] + g * cs[s * N + n];  // dL/dh_t
         const T dexp = dhv * hp * a;              // dL/d(ΔA) through exp
         ddelta += dexp * anat[n] + dhv * x * bn;
-        da[n] += dexp * delta;
+        das[n * channels] += dexp * delta;
         dxv += dhv * delta * bn;
         dh[n] = dhv * a;               // dL/dh_{t−1}
         trace(b, i, n, d) = dhv * dx;  // the dB_t term; h_t's dC_t term is already summed
@@ -842,10 +846,7 @@ struct Backward {
       ddt(b, t, d) += dv;
       dbias += dv;
     }
-    for (int n = 0; n < N; ++n) {
-      dhs[n * channels] = dh[n];
-      param_partial(b, d, n) = da[n];
-    }
+    for (int n = 0; n < N; ++n) dhs[n * channels] = dh[n];
     param_partial(b, d, N) = dD;
     param_partial(b, d, N + 1) = dbias;
   }
