@@ -14,5 +14,12 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/hybridseqConfigVers
   COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/hybridseqConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/hybridseqConfigVersion.cmake
-              cmake/hybridseqDependencies.cmake cmake/FindKokkosDebian.cmake
+              cmake/hybridseqDependencies.cmake cmake/FindKokkosDebian.cmake cmake/hybridseqVariants.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/hybridseq)
+
+# The build tree is a package too (find_package(hybridseq PATHS <build dir>)): hybridseq-ablate
+# builds its on-demand variants against it, exactly as the tool was built.
+export(EXPORT hybridseqTargets NAMESPACE hybridseq:: FILE ${CMAKE_CURRENT_BINARY_DIR}/hybridseqTargets.cmake)
+foreach(file IN ITEMS hybridseqDependencies.cmake FindKokkosDebian.cmake hybridseqVariants.cmake)
+  configure_file(cmake/${file} ${CMAKE_CURRENT_BINARY_DIR}/${file} COPYONLY)
+endforeach()

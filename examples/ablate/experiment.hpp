@@ -18,20 +18,13 @@
 #include <hybridseq/train.hpp>
 
 #include "../tool_support.hpp"
+#include "spec.hpp"
 
 #if HYBRIDSEQ_ABLATE_MPI
 #include <hybridseq/parallel/mpi.hpp>
 #endif
 
 namespace hybridseq::ablate {
-
-/// Every architecture of the tool takes its vocabulary from the task at run time
-/// (ExperimentConfig::task): no 64-way head on a 34-token task.
-inline constexpr int vocab = core::dynamic;
-
-/// PHA widths for the synthetic tasks: E=8, 2 query heads / 1 KV head of 4, GSS F=16 H=8 N=8,
-/// Dual-FFN 16 + 8 (the tiny scale of Cooper et al.'s models).
-inline constexpr models::PhaShape pha_tiny{8, 2, 1, 4, 16, 8, 8, 16, 8};
 
 struct ExperimentConfig {
   tasks::AnyTask task;
@@ -43,8 +36,9 @@ struct ExperimentConfig {
   int eval_batches = 8, eval_batch = 32;
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
   std::int64_t warmup = 100;
-  std::uint64_t seed = 1;                  // parameters; data uses seed + 1, evaluation seed + 2
-  bool progress = true;                    // a TerminalProgress line per architecture (stdout)
+  train::Schedule::Decay decay = train::Schedule::Decay::cosine;  // after the warm-up, to 0
+  std::uint64_t seed = 1;                                         // parameters; data uses seed + 1, evaluation seed + 2
+  bool progress = true;                                           // a TerminalProgress line per architecture (stdout)
   bool describe = false;                   // print each model's tree (core::describe) instead of training it
   std::function<bool()> stop_requested{};  // polled after every step (the tool's SIGINT/SIGTERM flag)
 #if HYBRIDSEQ_ABLATE_MPI
@@ -98,13 +92,26 @@ tasks::Accuracy evaluate(Model& model, core::Workspace<typename Model::execution
 
 }  // namespace detail
 
-/// Trains a fresh `Model` of `layers` blocks under `config` and measures it.
+/// Trains a fresh `Model` with the spec's runtime options under `config` and measures it.
 template <class Model>
-ArchResult run_experiment(const std::string& name, int layers, const ExperimentConfig& config) {
+ArchResult run_experiment(const std::string& name, const spec::Runtime& runtime, const ExperimentConfig& config) {
   using Space = typename Model::execution_space;
   typename Model::Options options;
-  options.body.count = layers;
-  options.vocab = config.task.vocab_size();
+  options.body.count = runtime.repeat;
+  const std::int64_t task_vocab = config.task.vocab_size();
+  if (runtime.vocab && runtime.vocab < task_vocab)
+    fail<config_error>("hybridseq-ablate", name, ": vocab ", runtime.vocab, " is smaller than task ",
+                       config.task.name(), "'s ", task_vocab, " tokens");
+  options.vocab = runtime.vocab ? runtime.vocab : task_vocab;
+  options.tie_embeddings = runtime.tied;
+  options.embed_dropout = runtime.embed_dropout;
+  if constexpr (requires {
+                  options.alpha;
+                  options.beta_init;
+                }) {
+    options.alpha = runtime.alpha;
+    options.beta_init = runtime.beta_init;
+  }
   Model model(options);
   if (config.describe) {
     std::printf("%s:\n%s\n", name.c_str(), core::describe(model).c_str());
@@ -118,11 +125,9 @@ ArchResult run_experiment(const std::string& name, int layers, const ExperimentC
   train::TrainerOptions to;
   to.steps = config.steps;
   to.clip = config.clip;
-  // Linear warm-up over `warmup` steps, then cosine decay to 0 (docs/results.md says so too).
-  to.schedule = {.decay = train::Schedule::Decay::cosine,
-                 .peak_lr = config.lr,
-                 .warmup_steps = config.warmup,
-                 .total_steps = config.steps};
+  // Linear warm-up over `warmup` steps, then the chosen decay to 0 (docs/results.md says so too).
+  to.schedule = {
+      .decay = config.decay, .peak_lr = config.lr, .warmup_steps = config.warmup, .total_steps = config.steps};
   to.adamw = {.weight_decay = config.weight_decay};
   to.data_seed = config.seed + 1;
   if (config.progress)
@@ -198,16 +203,30 @@ ArchResult run_experiment(const std::string& name, int layers, const ExperimentC
   return r;
 }
 
-/// An architecture the tool can train: its name, a one-line description and its runner.
-struct Architecture {
-  std::string name;
-  std::string description;
-  ArchResult (*run)(const ExperimentConfig&);
+/// A compiled architecture: its compile-time spec (spec::Variant::type_key) and its runner.
+/// Generated translation units (hybridseq-spec presets, or the tool's on-demand variants)
+/// define one Registration per type.
+struct Compiled {
+  std::string type_key;
+  ArchResult (*run)(const std::string& name, const spec::Runtime&, const ExperimentConfig&);
 };
 
-// Defined in one translation unit per family, so they compile in parallel.
-std::vector<Architecture> cooper_architectures();
-std::vector<Architecture> pha_architectures();
-std::vector<Architecture> pha_ablation_architectures();
+inline std::vector<Compiled>& compiled_variants() {
+  static std::vector<Compiled> all;
+  return all;
+}
+
+/// The compiled variant of `type_key`, or null.
+inline const Compiled* find_compiled(const std::string& type_key) {
+  for (const auto& c : compiled_variants())
+    if (c.type_key == type_key) return &c;
+  return nullptr;
+}
+
+struct Registration {
+  Registration(std::string type_key, decltype(Compiled::run) run) {
+    compiled_variants().push_back({std::move(type_key), run});
+  }
+};
 
 }  // namespace hybridseq::ablate

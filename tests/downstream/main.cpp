@@ -1,9 +1,14 @@
 // Includes the umbrella header of an installed hybridseq, runs a layer forward/backward and
-// checks one value, so a broken install (headers, config, dependencies) fails here.
+// checks one value, so a broken install (headers, config, dependencies) fails here; then
+// builds the model that hybridseq_add_variants generated from tiny_hybrid.json and checks it
+// is the spec's architecture: the same parameters as the library's own [SSM, TF] type with
+// the spec's options (16 tokens, 2 repetitions, tied head), and finite logits.
 #include <cmath>
 #include <cstdio>
 
 #include <hybridseq/hybridseq.hpp>
+
+#include <downstream_models.hpp>
 
 int main(int argc, char** argv) {
   Kokkos::ScopeGuard kokkos(argc, argv);
@@ -20,5 +25,30 @@ int main(int argc, char** argv) {
   auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, y);
   const bool ok = std::abs(h(0, 2, 1) - 2.0) < 1e-12;
   std::printf("downstream: y(0,2,1) = %g (%s)\n", h(0, 2, 1), ok ? "ok" : "WRONG");
-  return ok ? 0 : 1;
+
+  downstream::TinyHybrid model(downstream::TinyHybrid_options());
+  core::initialize(model, 1);
+  using Reference =
+      models::Stack<16, models::MambaLayer<models::cooper_ssm(8, 1)>,
+                    models::NeoxLayer<models::NeoxShape{8, 2, 8, layers::rotary_dim_for(8, 0.25), 16, 20,
+                                                        layers::HeadMerge::sum, layers::Activation::silu}>>;
+  Reference::Options ro;
+  ro.body.count = 2;
+  ro.tie_embeddings = true;
+  const Reference reference(ro);
+  Tensor<std::int32_t**, Kokkos::DefaultExecutionSpace> ids("ids", 2, 5);
+  Kokkos::deep_copy(ids, 3);
+  Tensor<float***, Kokkos::DefaultExecutionSpace> logits("logits", 2, 5, model.vocab_size());
+  core::Workspace<Kokkos::DefaultExecutionSpace> mws;
+  model.logits(mws, ids, logits);
+  auto hl = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits);
+  bool finite = true;
+  for (int t = 0; t < 5; ++t)
+    for (int v = 0; v < 16; ++v) finite = finite && std::isfinite(hl(1, t, v));
+  const bool same = model.vocab_size() == 16 && core::parameter_count(model) == core::parameter_count(reference);
+  std::printf("downstream: TinyHybrid from its spec: %lld parameters, reference %lld, logits %s (%s)\n",
+              static_cast<long long>(core::parameter_count(model)),
+              static_cast<long long>(core::parameter_count(reference)), finite ? "finite" : "NOT FINITE",
+              same && finite ? "ok" : "WRONG");
+  return ok && same && finite ? 0 : 1;
 }
