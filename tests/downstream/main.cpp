@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   Reference::Options ro;
   ro.body.count = 2;
   ro.tie_embeddings = true;
-  const Reference reference(ro);
+  Reference reference(ro);
   Tensor<std::int32_t**, Kokkos::DefaultExecutionSpace> ids("ids", 2, 5);
   Kokkos::deep_copy(ids, 3);
   Tensor<float***, Kokkos::DefaultExecutionSpace> logits("logits", 2, 5, model.vocab_size());
