@@ -6,6 +6,7 @@
 //   scripts/fetch-corpus.sh
 //   text_lm --arch transformer --steps 1500 --json transformer.json
 //   text_lm --arch pha --eval-stride 128          # ECP-style windowed evaluation as well
+//   text_lm --arch ecp --segment 64 --faithful    # ECP in its reference form, m = 64
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -32,7 +33,13 @@ constexpr models::PhaShape pha_shape{D, 4, 2, 32, 4 * D, 128, 64, 4 * D, D};
 using Pha = models::Pha<V, pha_shape, models::PhaLayout{}, float, Space>;  // 2 blocks
 using PhaSequential =
     models::Pha<V, pha_shape, models::PhaLayout{.arrangement = models::Arrangement::sequential}, float, Space>;
-using Ecp = models::Ecp<V, models::EcpShape{D, 4, 32, /*segment=*/32, 4 * D}, float, Space>;  // 4 layers
+// ECP, 4 layers: clean or faithful (papers.md §2), at the segment lengths --segment offers.
+// (A class rather than an alias template: nvcc mis-emits alias templates of class constants.)
+template <int Segment, bool Faithful>
+struct Ecp : models::Ecp<V, models::EcpShape{D, 4, 32, Segment, 4 * D, true, Faithful}, float, Space> {
+  using Base = models::Ecp<V, models::EcpShape{D, 4, 32, Segment, 4 * D, true, Faithful}, float, Space>;
+  using Base::Base;
+};
 // Cross-attention layer + 3 latent layers over the last M = 64 of the 128 positions.
 using PerceiverAr = models::PerceiverAr<V, models::PerceiverArShape{D, 4, 32, /*latents=*/64, 4 * D}, float, Space>;
 
@@ -167,8 +174,16 @@ int main(int argc, char** argv) {
   const char* home = std::getenv("HOME");
   c.corpus = data ? std::string(data) + "/kjv.txt" : std::string(home ? home : ".") + "/.cache/hybridseq/data/kjv.txt";
   std::string arch = "transformer", json_path;
+  int segment = 32;
+  bool faithful = false;
   using tools::in_range, tools::unbounded;
   app.add_option("--arch", arch, "transformer | pha | pha-seq | ecp | perceiver-ar")->capture_default_str();
+  app.add_option("--segment", segment, "ecp: segment length m")
+      ->capture_default_str()
+      ->check(CLI::IsMember({16, 32, 64}));
+  app.add_flag("--faithful", faithful,
+               "ecp: the reference code's form (one K/V projection, RoPE in layer 0 only, the first segment's own "
+               "output projection)");
   app.add_option("--corpus", c.corpus, "text file (scripts/fetch-corpus.sh writes the default)")->capture_default_str();
   app.add_option("--steps", c.steps, "optimizer steps")
       ->capture_default_str()
@@ -195,6 +210,10 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", c.resume, "continue from --checkpoint when the file exists");
   app.add_flag("--describe", c.describe, "print the architecture's module tree and parameter counts, then exit");
   CLI11_PARSE(app, argc, argv);
+  if (arch != "ecp" && (faithful || app.count("--segment"))) {
+    std::fprintf(stderr, "--segment and --faithful apply to --arch ecp, not '%s'\n", arch.c_str());
+    return 2;
+  }
   if (c.len < c.eval_stride) {
     std::fprintf(stderr, "--eval-stride: must be in [0, --len = %d], got %d\n", c.len, c.eval_stride);
     return 2;
@@ -229,9 +248,15 @@ int main(int argc, char** argv) {
       j = run<Pha>(arch, 2, c, corpus);
     else if (arch == "pha-seq")
       j = run<PhaSequential>(arch, 2, c, corpus);
-    else if (arch == "ecp")
-      j = run<Ecp>(arch, 4, c, corpus);
-    else if (arch == "perceiver-ar")
+    else if (arch == "ecp") {
+      const std::string name = std::string(faithful ? "ecp-faithful" : "ecp") + "[m=" + std::to_string(segment) + "]";
+      const auto ecp = [&]<int M>(std::integral_constant<int, M>) {
+        return faithful ? run<Ecp<M, true>>(name, 4, c, corpus) : run<Ecp<M, false>>(name, 4, c, corpus);
+      };
+      j = segment == 16   ? ecp(std::integral_constant<int, 16>{})
+          : segment == 32 ? ecp(std::integral_constant<int, 32>{})
+                          : ecp(std::integral_constant<int, 64>{});
+    } else if (arch == "perceiver-ar")
       j = run<PerceiverAr>(arch, 4, c, corpus);
     else
       fail<config_error>("text_lm", "unknown architecture '", arch, "' (transformer, pha, pha-seq, ecp, perceiver-ar)");
