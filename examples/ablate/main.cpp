@@ -616,6 +616,12 @@ int main(int argc, char** argv) {
       fail<config_error>("hybridseq-ablate", "--ranks data-parallel trains compiled-in architectures only; ", labels[0],
                          " would be a generated variant (use --ranks spread)");
 #endif
+#ifdef HYBRIDSEQ_ABLATE_PRESETS_ONLY
+    if (!missing.empty())
+      fail<config_error>("hybridseq-ablate", labels[0],
+                         " is not a preset; this CUDA build of the tool compiles no "
+                         "variants on demand (a host build does)");
+#endif
     if (!missing.empty()) {
       const VariantCache cache(cache_root, Toolchain{});
       if (report)
