@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/flat_tuple.hpp"
 #include "core/kokkos_compat.hpp"
+#include "core/literal.hpp"
 #include "core/parameter.hpp"
 #include "core/rng.hpp"
 #include "core/spaces.hpp"

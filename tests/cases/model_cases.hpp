@@ -4,6 +4,7 @@
 // round trip and, where `golden` is set, the comparison with the PyTorch reference models in
 // tests/reference/models.py (logits, loss and every parameter gradient).
 
+#include <hybridseq/core/literal.hpp>
 #include <hybridseq/models.hpp>
 
 #include "primitive_cases.hpp"
@@ -39,7 +40,7 @@ template <models::PhaLayout Layout, int Layers, const char* Name, const char* Go
           class Branches = models::PhaPaperBranches, bool Tied = false>
 struct PhaCase : ModelCase<Name, Golden, Layers, Tied> {
   template <class T, class S>
-  using Layer = models::Pha<model_vocab, pha_tiny, Layout, T, S, Branches>;
+  using Layer = models::Pha<model_vocab, pha_tiny, core::literal(Layout), T, S, Branches>;
 };
 
 /// Cooper et al.'s tiny layers at width 8: TF with 2 summed heads of 8, RoPE on 2 dims,

@@ -65,7 +65,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("ecp: save/load round trip", "[ecp][io]") {
 
 HYBRIDSEQ_SPACE_TEST_CASE("ecp: the decoding ring holds 2m positions per layer and truncates within it",
                           "[ecp][decode]") {
-  using A = models::EcpAttention<models::ecp_attention_shape<cases::ecp_tiny>, 4, double, TestType>;
+  using A = models::EcpAttention<models::ecp_attention_shape(cases::ecp_tiny), 4, double, TestType>;
   A attn;
   core::initialize(attn, 3);
   core::Workspace<TestType> ws;

@@ -27,6 +27,7 @@
 #include "../compose/repeat.hpp"
 #include "../compose/residual.hpp"
 #include "../core/check.hpp"
+#include "../core/literal.hpp"
 #include "../core/parameter.hpp"
 #include "../core/time_slice.hpp"
 #include "../core/workspace.hpp"
@@ -301,6 +302,7 @@ class CompressedDoubleBody {
 /// Loss on the last M targets (targets (B, n)); `logits` (B, M, V). Options::body.count
 /// = L − 1. Requires: n = h + M exactly (config_error naming the call).
 template <int Vocab, CompressedDoubleShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-using CompressedDoubleAttentionAr = LatentLanguageModel<Vocab, S, CompressedDoubleBody<S, T, Space>>;
+using CompressedDoubleAttentionAr =
+    LatentLanguageModel<Vocab, core::literal(S), CompressedDoubleBody<core::literal(S), T, Space>>;
 
 }  // namespace hybridseq::models

@@ -33,6 +33,7 @@
 #include "../compose/pre_norm_block.hpp"
 #include "../compose/repeat.hpp"
 #include "../core/check.hpp"
+#include "../core/literal.hpp"
 #include "../core/parameter.hpp"
 #include "../core/time_slice.hpp"
 #include "../core/workspace.hpp"
@@ -61,9 +62,9 @@ namespace detail {
 template <DoubleAttentionShape S>
 using double_history_scheme = std::conditional_t<S.split == 0, layers::schemes::Bidirectional,
                                                  layers::schemes::SSplit<(S.split > 0 ? S.split : 1)>>;
-template <DoubleAttentionShape S>
-inline constexpr layers::AttentionShape double_attention_shape{
-    S.d_model, S.heads, S.heads, S.head_dim, S.rope ? S.head_dim : 0, layers::Score::dot, false, false, true};
+constexpr layers::AttentionShape double_attention_shape(DoubleAttentionShape s) {
+  return {s.d_model, s.heads, s.heads, s.head_dim, s.rope ? s.head_dim : 0, layers::Score::dot, false, false, true};
+}
 }  // namespace detail
 
 /// The Double Attention body: L blocks over all n rows, returning the last M (the latents).
@@ -79,7 +80,7 @@ class DoubleAttentionBody {
   static constexpr int d_in = S.d_model;
   static constexpr int d_out = S.d_model;
   using Attn =
-      layers::DoubleAttention<detail::double_attention_shape<S>, detail::double_history_scheme<S>, M, T, Space>;
+      layers::DoubleAttention<detail::double_attention_shape(S), detail::double_history_scheme<S>, M, T, Space>;
   using Block = compose::PreNormBlock<
       Attn,
       layers::Ffn<layers::FfnShape{S.d_model, S.ffn, layers::FfnKind::mlp, true, layers::Activation::gelu}, T, Space>,
@@ -142,6 +143,6 @@ class DoubleAttentionBody {
 /// Requires: n ≥ M and, for s-Split, n − M a multiple of S (config_error naming
 /// hybridseq::models::DoubleAttentionAr::<call>).
 template <int Vocab, DoubleAttentionShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-using DoubleAttentionAr = LatentLanguageModel<Vocab, S, DoubleAttentionBody<S, T, Space>>;
+using DoubleAttentionAr = LatentLanguageModel<Vocab, core::literal(S), DoubleAttentionBody<core::literal(S), T, Space>>;
 
 }  // namespace hybridseq::models

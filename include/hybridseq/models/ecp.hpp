@@ -44,6 +44,7 @@
 #include "../compose/pre_norm_block.hpp"
 #include "../compose/repeat.hpp"
 #include "../core/check.hpp"
+#include "../core/literal.hpp"
 #include "../core/parameter.hpp"
 #include "../core/time_slice.hpp"
 #include "../core/workspace.hpp"
@@ -138,15 +139,16 @@ class EcpAttention : public layers::Attention<A, layers::schemes::EcpPairs<M>, T
 };
 
 /// The attention shape of the clean ECP branch: H heads of Dh (no GQA), RoPE over the whole
-/// head, no Q/K/V bias, output bias (the reference's `to_out`).
-template <EcpShape S>
-inline constexpr layers::AttentionShape ecp_attention_shape{
-    S.d_model, S.heads, S.heads, S.head_dim, S.rope ? S.head_dim : 0, layers::Score::dot, false, false, true};
+/// head, no Q/K/V bias, output bias (the reference's `to_out`). A function, not a variable
+/// template: nvcc re-emits a variable template's argument as `__T…` (core/literal.hpp).
+constexpr layers::AttentionShape ecp_attention_shape(EcpShape s) {
+  return {s.d_model, s.heads, s.heads, s.head_dim, s.rope ? s.head_dim : 0, layers::Score::dot, false, false, true};
+}
 
 template <EcpShape S, Scalar T, ExecutionSpace Space>
 using EcpAttentionOf =
-    std::conditional_t<S.faithful, layers::EcpFaithfulAttention<ecp_attention_shape<S>, S.segment, T, Space>,
-                       EcpAttention<ecp_attention_shape<S>, S.segment, T, Space>>;
+    std::conditional_t<S.faithful, layers::EcpFaithfulAttention<ecp_attention_shape(S), S.segment, T, Space>,
+                       EcpAttention<ecp_attention_shape(S), S.segment, T, Space>>;
 
 /// One ECP block: x + Attn(LN(x)), then + FF(LN(·)), FF = Linear(d, f)–GELU–Linear(f, d).
 template <EcpShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
@@ -176,9 +178,9 @@ class EcpBody : public compose::Repeat<EcpBlock<S, T, Space>> {
 /// Requires: training / evaluation / logits on T a multiple of S.segment (config_error naming
 /// the call otherwise; pad the batch). Decoding (make_state / prefill) takes any length.
 template <int Vocab, EcpShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-class Ecp : public LanguageModel<Vocab, EcpBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
+class Ecp : public LanguageModel<Vocab, EcpBody<core::literal(S), T, Space>, layers::LayerNorm<S.d_model, T, Space>> {
   static_assert(S.segment >= 1, "hybridseq::models::Ecp: the segment length must be at least 1");
-  using Base = LanguageModel<Vocab, EcpBody<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
+  using Base = LanguageModel<Vocab, EcpBody<core::literal(S), T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
 
  public:
   using Options = typename Base::Options;

@@ -5,6 +5,7 @@
 
 #include "../compose/repeat.hpp"
 #include "../compose/residual.hpp"
+#include "../core/literal.hpp"
 #include "../layers/mamba.hpp"
 #include "../layers/rms_norm.hpp"
 #include "language_model.hpp"
@@ -22,7 +23,8 @@ constexpr layers::MambaShape cooper_ssm(int d_model, int d_state = 1) {
 }
 
 template <int Vocab, layers::MambaShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-struct MambaLm : LanguageModel<Vocab, compose::Repeat<MambaLayer<S, T, Space>>, layers::RmsNorm<S.d_model, T, Space>> {
+struct MambaLm : LanguageModel<Vocab, compose::Repeat<MambaLayer<core::literal(S), T, Space>>,
+                               layers::RmsNorm<S.d_model, T, Space>> {
   using MambaLm::LanguageModel::LanguageModel;
 };
 

@@ -39,6 +39,7 @@
 #include "../compose/repeat.hpp"
 #include "../compose/residual.hpp"
 #include "../core/check.hpp"
+#include "../core/literal.hpp"
 #include "../core/parameter.hpp"
 #include "../core/time_slice.hpp"
 #include "../core/workspace.hpp"
@@ -61,9 +62,9 @@ struct PerceiverArShape {
 
 namespace detail {
 
-template <PerceiverArShape S>
-inline constexpr layers::AttentionShape perceiver_attention_shape{
-    S.d_model, S.heads, S.heads, S.head_dim, S.rope ? S.head_dim : 0, layers::Score::dot, false, false, true};
+constexpr layers::AttentionShape perceiver_attention_shape(PerceiverArShape s) {
+  return {s.d_model, s.heads, s.heads, s.head_dim, s.rope ? s.head_dim : 0, layers::Score::dot, false, false, true};
+}
 
 template <PerceiverArShape S, Scalar T, ExecutionSpace Space>
 using PerceiverFfn =
@@ -78,7 +79,7 @@ template <PerceiverArShape S, Scalar T = float, ExecutionSpace Space = DefaultSp
 class PerceiverCrossBlock {
   static constexpr int M = S.latents;
   using Norm = layers::LayerNorm<S.d_model, T, Space>;
-  using Attn = layers::Attention<detail::perceiver_attention_shape<S>, layers::schemes::PerceiverCross<M>, T, Space>;
+  using Attn = layers::Attention<detail::perceiver_attention_shape(S), layers::schemes::PerceiverCross<M>, T, Space>;
   using FfnResidual = compose::PreNormResidual<detail::PerceiverFfn<S, T, Space>, Norm>;
 
  public:
@@ -211,7 +212,7 @@ class PerceiverArBody {
   static constexpr int latents = M;
   using Cross = PerceiverCrossBlock<S, T, Space>;
   using LatentBlock =
-      compose::PreNormBlock<layers::Attention<detail::perceiver_attention_shape<S>, layers::schemes::Causal, T, Space>,
+      compose::PreNormBlock<layers::Attention<detail::perceiver_attention_shape(S), layers::schemes::Causal, T, Space>,
                             detail::PerceiverFfn<S, T, Space>, layers::LayerNorm<S.d_model, T, Space>>;
   using Latent = compose::Repeat<LatentBlock>;
 
@@ -375,6 +376,6 @@ class PerceiverArBody {
 /// Options::body.count = L. Requires n ≥ M (config_error naming
 /// hybridseq::models::PerceiverAr::<call>).
 template <int Vocab, PerceiverArShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-using PerceiverAr = LatentLanguageModel<Vocab, S, PerceiverArBody<S, T, Space>>;
+using PerceiverAr = LatentLanguageModel<Vocab, core::literal(S), PerceiverArBody<core::literal(S), T, Space>>;
 
 }  // namespace hybridseq::models

@@ -129,14 +129,16 @@ struct pha_block<S, L, PhaBranchList<Kinds...>, T, Space> {
   static_assert(L.arrangement == Arrangement::parallel || (L.branch_norm && L.normalised),
                 "hybridseq::models::Pha: the sequential arrangement has no mixer and no per-branch norm; leave "
                 "branch_norm and normalised at their defaults");
-  static constexpr int D = S.d_model;
 
+  // The norms' width is written `S.d_model`, not as a static member of this class: nvcc would
+  // re-emit that as `pha_block<__T…>::D` (core/literal.hpp).
   template <class B>
-  using Normed = std::conditional_t<L.branch_norm, compose::SequentialBlock<B, layers::RmsNorm<D, T, Space>>, B>;
+  using Normed =
+      std::conditional_t<L.branch_norm, compose::SequentialBlock<B, layers::RmsNorm<S.d_model, T, Space>>, B>;
   template <class Block>
-  using Residual =
-      std::conditional_t<L.residual == PhaResidual::deepnorm, compose::DeepNorm<Block, layers::LayerNorm<D, T, Space>>,
-                         compose::PreNormResidual<Block, layers::RmsNorm<D, T, Space>>>;
+  using Residual = std::conditional_t<L.residual == PhaResidual::deepnorm,
+                                      compose::DeepNorm<Block, layers::LayerNorm<S.d_model, T, Space>>,
+                                      compose::PreNormResidual<Block, layers::RmsNorm<S.d_model, T, Space>>>;
   template <class Kind>
   using Layer = typename Kind::template layer<S, T, Space>;
 

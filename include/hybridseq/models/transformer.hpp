@@ -14,6 +14,7 @@
 #include "../compose/parallel_block.hpp"
 #include "../compose/repeat.hpp"
 #include "../compose/sequential_block.hpp"
+#include "../core/literal.hpp"
 #include "../layers/attention.hpp"
 #include "../layers/ffn.hpp"
 #include "../layers/identity.hpp"
@@ -73,8 +74,8 @@ struct NeoxLayer
 /// A stack of NeoX layers with a final LayerNorm and an LM head. Options::body.count is
 /// the depth.
 template <int Vocab, NeoxShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
-struct Transformer
-    : LanguageModel<Vocab, compose::Repeat<NeoxLayer<S, T, Space>>, layers::LayerNorm<S.d_model, T, Space>> {
+struct Transformer : LanguageModel<Vocab, compose::Repeat<NeoxLayer<core::literal(S), T, Space>>,
+                                   layers::LayerNorm<S.d_model, T, Space>> {
   using Transformer::LanguageModel::LanguageModel;
 };
 
