@@ -8,6 +8,7 @@
 
 #include <hybridseq/core/rng.hpp>
 #include <hybridseq/kernels/attention/attention.hpp>
+#include <hybridseq/kernels/isa.hpp>
 #include <hybridseq/kernels/reference/attention.hpp>
 
 #include "support/spaces.hpp"
@@ -102,8 +103,8 @@ struct Packed {
   }
 };
 
-template <class T>
-double max_rel(const std::vector<T>& a, const std::vector<T>& b) {
+template <class T, class U>
+double max_rel(const std::vector<T>& a, const std::vector<U>& b) {
   double num = 0, den = 0;
   for (std::size_t i = 0; i < a.size(); ++i) {
     num = std::max(num, std::abs(double(a[i]) - double(b[i])));
@@ -155,6 +156,58 @@ void check_against_oracle(std::int64_t batch, std::int64_t n, int heads, int kv_
   CHECK(max_rel(per_head, want) < 1e-11);
 }
 
+/// The float kernel (each ISA copy runs this) against the double oracle on the same
+/// float-rounded inputs; a rerun must be bit-identical.
+template <class Scheme, class Space>
+void check_float_against_oracle(std::int64_t batch, std::int64_t n, int heads, int kv_heads, int dh, double p = 0) {
+  const std::int64_t tq = Scheme::query_count(n);
+  Packed<float> tiled(batch, n, tq, heads, kv_heads, dh, 11 + n);
+  Packed<double> ref(batch, n, tq, heads, kv_heads, dh, 11 + n);
+  ref.qkv.assign(tiled.qkv.begin(), tiled.qkv.end());
+  ref.d_o.assign(tiled.d_o.begin(), tiled.d_o.end());
+  ref.alpha.assign(tiled.alpha.begin(), tiled.alpha.end());
+  tiled.dropout = ref.dropout = dropout_mask(p, std::uint64_t(n));
+  const auto run = [](const att::AttentionArgs<float>& a, const att::AttentionGrads<float>& g) {
+    att::forward<Scheme, float>(Space{}, a);
+    att::backward<Scheme, float>(Space{}, a, g);
+    Space().fence();
+  };
+  tiled.template run_on<Space>(run);
+  kernels::reference::attention_forward<Scheme, double>(ref.args());
+  std::vector<long double> dalpha;
+  kernels::reference::attention_backward<Scheme, double>(ref.args(), ref.grads(), &dalpha);
+  INFO(Scheme::name << " B=" << batch << " T=" << n << " H=" << heads << " Hkv=" << kv_heads << " Dh=" << dh
+                    << " dropout " << p << " isa " << kernels::isa_name(kernels::host_isa()));
+  CHECK(max_rel(tiled.o, ref.o) < 1e-5);
+  CHECK(max_rel(tiled.lse, ref.lse) < 1e-5);
+  CHECK(max_rel(tiled.dqkv, ref.dqkv) < 3e-5);
+  std::vector<double> per_head(heads, 0.0), want(heads);
+  const auto nq = att::query_tiles(tq);
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (int h = 0; h < heads; ++h)
+      for (std::int64_t t = 0; t < nq; ++t) per_head[h] += tiled.dalpha[(b * heads + h) * nq + t];
+  for (int h = 0; h < heads; ++h) want[h] = double(dalpha[h]);
+  CHECK(max_rel(per_head, want) < 3e-5);
+  Packed<float> again = tiled;
+  again.template run_on<Space>(run);
+  CHECK(again.o == tiled.o);
+  CHECK(again.lse == tiled.lse);
+  CHECK(again.dqkv == tiled.dqkv);
+  CHECK(again.dalpha == tiled.dalpha);
+}
+
+/// Runs `f()` once per ISA copy this machine can run, each forced with kernels::limit_isa.
+template <class F>
+void for_each_isa(F&& f) {
+  const kernels::Isa best = kernels::host_isa();
+  for (auto isa : {kernels::Isa::baseline, kernels::Isa::avx2, kernels::Isa::avx512}) {
+    if (isa > best) break;
+    const kernels::Isa previous = kernels::limit_isa(isa);
+    f();
+    kernels::limit_isa(previous);
+  }
+}
+
 }  // namespace
 
 HYBRIDSEQ_SPACE_TEST_CASE("tiled attention matches the naive oracle for every scheme", "[attention][kernels]") {
@@ -200,6 +253,45 @@ HYBRIDSEQ_SPACE_TEST_CASE("tiled attention with dropout on the probabilities mat
   check_against_oracle<att::EcpPairs<16>, S>(2, 80, 2, 1, 4, 0.5);
   check_against_oracle<att::PerceiverCross<70>, S>(1, 200, 2, 2, 8, 0.2);
 }
+
+HYBRIDSEQ_SPACE_TEST_CASE("tiled attention in float matches the oracle on every ISA copy",
+                          "[attention][kernels][isa]") {
+  using S = TestType;
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename S::memory_space>::accessible) {
+    for_each_isa([] {
+      for (std::int64_t n : {1, 7, 64, 70, 130}) {
+        check_float_against_oracle<att::Causal, S>(2, n, 4, 2, 16);  // whole AVX-512 vectors
+        check_float_against_oracle<att::Causal, S>(1, n, 2, 2, 64);  // the benchmarked head dim
+        check_float_against_oracle<att::Causal, S>(1, n, 3, 1, 8);   // AVX2 vectors only
+        check_float_against_oracle<att::Causal, S>(1, n, 2, 1, 5);   // the generic copy
+        check_float_against_oracle<att::SlidingWindow<20>, S>(1, n, 2, 2, 32);
+        check_float_against_oracle<att::Bidirectional, S>(1, n, 2, 1, 48);
+      }
+      check_float_against_oracle<att::SSplit<10>, S>(2, 70, 2, 2, 16);
+      check_float_against_oracle<att::EcpPairs<16>, S>(2, 144, 2, 1, 16, 0.5);
+      check_float_against_oracle<att::EcpPairs<100>, S>(1, 300, 2, 2, 32);
+      check_float_against_oracle<att::PerceiverCross<70>, S>(1, 200, 2, 2, 16, 0.2);
+      check_float_against_oracle<att::Causal, S>(3, 700, 2, 1, 64);  // more tasks than backward slots
+    });
+  }
+}
+
+#if HYBRIDSEQ_HAS_OPENMP
+TEST_CASE("tiled attention backward is bit-identical at any thread count", "[attention][kernels][host]") {
+  const auto run = []<class Space>(Space) {
+    Packed<float> p(2, 300, 300, 4, 2, 64, 3);
+    p.run_on<Space>([](const att::AttentionArgs<float>& a, const att::AttentionGrads<float>& g) {
+      att::forward<att::Causal, float>(Space{}, a);
+      att::backward<att::Causal, float>(Space{}, a, g);
+      Space().fence();
+    });
+    return p;
+  };
+  const Packed<float> serial = run(Kokkos::Serial{}), threads = run(Kokkos::OpenMP{});
+  CHECK(serial.o == threads.o);
+  CHECK(serial.dqkv == threads.dqkv);
+}
+#endif
 
 TEST_CASE("dropout masks keep 1 − p of the elements, scaled by 1/(1 − p)", "[attention][host][dropout]") {
   for (double p : {0.05, 0.3, 0.9}) {

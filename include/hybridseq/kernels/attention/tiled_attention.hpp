@@ -6,14 +6,22 @@
 /// Memory is O(T·D): forward keeps only the per-row log-sum-exp; backward recomputes each
 /// score tile from Q, K and the saved LSE. Never a T×T matrix. Which key tiles a query tile
 /// visits is decided by the scheme at compile time: fully masked tiles are skipped, tiles on
-/// a band edge are masked inside, interior tiles run unmasked. Tile products go through
-/// `host_gemm` (one BLAS call per tile on the calling thread).
+/// a band edge are masked inside, interior tiles run unmasked.
 ///
-/// Backward runs two passes, so that no gradient is accumulated by two threads:
-///   pass 1, one task per (batch, kv head, key tile):  dV += Pᵀ dO,  dK += α dSᵀ Q̂
-///   pass 2, one task per (batch, head, query tile):   dQ += α dS K̂
-/// with P = exp(S − LSE), dS = P ⊙ (dO Vᵀ − Δ), Δ = rowsum(dO ⊙ O). Recomputing S in both
-/// passes costs 7 tile GEMMs instead of 5, and buys determinism without atomics.
+/// Tiles are held transposed, a row per key and a lane per query (Sᵀ = K · α Qᵀ, with α Qᵀ
+/// packed once per query tile): the softmax statistics of a tile's 64 queries are then whole
+/// vectors, and every max, sum and exp of the online softmax is a vertical vector operation
+/// in a fixed order. Every tile product goes through the register-blocked micro-kernel of
+/// tile_gemm.hpp, compiled per ISA and chosen at run time (isa.hpp): AVX-512 or AVX2+FMA for
+/// float when the head dim is a multiple of the vector width, the generic copy otherwise.
+///
+/// Backward computes each tile's scores once (FlashAttention-2's five tile products: Sᵀ,
+/// dPᵀ, dV += Pᵀ dO, dK += α dSᵀ Q, dQ += α dS K) in one task per (batch, head, query tile),
+/// with P = exp(S − LSE), dS = P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ O). dQ belongs to its task; dK and
+/// dV, which every query tile adds to, accumulate in per-slot buffers: the tasks are cut into
+/// `backward_slots` runs of equal cost, a slot runs its tasks in order, and the slots' buffers
+/// are summed in slot order. The cut depends on the problem only, not on the thread count, so
+/// results are bit-identical at any number of threads, without atomics.
 ///
 /// Dropout on the probabilities (FlashAttention's way): forward multiplies each probability
 /// tile by its mask after the row sums (the log-sum-exp stays the undropped one), backward
@@ -28,12 +36,15 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "../../core/dropout.hpp"
 #include "../../core/spaces.hpp"
 #include "../exp.hpp"
-#include "../gemm.hpp"
+#include "../isa.hpp"
 #include "segment_schemes.hpp"
+#include "tile_gemm.hpp"
 
 namespace hybridseq::kernels::attention {
 
@@ -115,48 +126,101 @@ KOKKOS_INLINE_FUNCTION std::int64_t end_query_seeing(std::int64_t k1, std::int64
   return lo;
 }
 
-/// A score tile S = α Q Kᵀ (rows × cols, leading dimension tile_k), unmasked.
-template <class Scheme, class T>
-void score_tile(const AttentionArgs<T>& a, std::int64_t b, int h, int hk, std::int64_t i0, std::int64_t rows,
-                std::int64_t k0, std::int64_t cols, T* s) {
-  host_gemm<T>(Op::none, Op::transpose, rows, cols, a.head_dim, a.alpha[h], a.q.row(b, i0, h), a.q.time_stride,
-               a.k.row(b, k0, hk), a.k.time_stride, T(0), s, tile_k);
-}
-
 template <class Scheme, class T>
 KOKKOS_INLINE_FUNCTION bool tile_is_interior(std::int64_t p_first, std::int64_t p_last, std::int64_t k0,
                                              std::int64_t cols, std::int64_t n) {
   return k0 >= Scheme::key_begin(p_last, n) && k0 + cols <= Scheme::key_end(p_first, n);
 }
 
-/// P = exp(S − lse) in place, masked entries 0.
-template <class Scheme, class T>
-void probabilities(T* s, const T* lse_row, std::int64_t p0, std::int64_t rows, std::int64_t k0, std::int64_t cols,
-                   std::int64_t n, bool interior) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    T* sr = s + r * tile_k;
-    const T l = lse_row[r];
-    if (interior) {
-      for (std::int64_t c = 0; c < cols; ++c) sr[c] = exp_in_loop(sr[c] - l);
-    } else {
-      const std::int64_t kb = Scheme::key_begin(p0 + r, n) - k0, ke = Scheme::key_end(p0 + r, n) - k0;
-      for (std::int64_t c = 0; c < cols; ++c) sr[c] = (c >= kb && c < ke) ? exp_in_loop(sr[c] - l) : T(0);
-    }
+/// The micro-kernel shape a kernel call runs with: the widest vector copy the host has that
+/// divides the head dim (so that every tile product is whole vectors), for float only.
+template <class T>
+Isa kernel_isa(int head_dim) {
+  if constexpr (std::is_same_v<T, float>) {
+    const Isa isa = host_isa();
+    if (isa == Isa::avx512 && head_dim % 16 == 0) return Isa::avx512;
+    if (isa >= Isa::avx2 && head_dim % 8 == 0) return Isa::avx2;
+  }
+  return Isa::baseline;
+}
+
+/// Runs `f.run(shape, team)` with the micro-kernel shape of `isa`, inside a copy compiled for
+/// that ISA: `run` is force-inlined there, so the element-wise loops of the softmax are
+/// vectorised for the ISA too (a lambda in between would be compiled for the baseline).
+#if HYBRIDSEQ_ISA_DISPATCH
+template <class F, class Member>
+[[HYBRIDSEQ_TARGET_AVX512]] void run_avx512(const F& f, const Member& team) {
+  f.run(simd::Avx512{}, team);
+}
+template <class F, class Member>
+[[HYBRIDSEQ_TARGET_AVX2]] void run_avx2(const F& f, const Member& team) {
+  f.run(simd::Avx2{}, team);
+}
+#endif
+
+template <class T, class F, class Member>
+void with_shape(Isa isa, const F& f, const Member& team) {
+#if HYBRIDSEQ_ISA_DISPATCH
+  if constexpr (std::is_same_v<T, float>) {
+    if (isa == Isa::avx512) return run_avx512(f, team);
+    if (isa == Isa::avx2) return run_avx2(f, team);
+  }
+#endif
+  (void)isa;
+  f.run(simd::Generic<T>{}, team);
+}
+
+/// x̂ᵀ = scale · xᵀ of a query tile's rows (Q or dO), packed Dh × tile_q with lanes past the
+/// tile's rows zero: the vector operand of Sᵀ = K · α Qᵀ and dPᵀ = V · dOᵀ, packed once per
+/// query tile and reused by every key tile.
+template <class T>
+HYBRIDSEQ_HOST_FORCEINLINE void pack_transposed(const HeadRows<const T>& x, std::int64_t b, std::int64_t i0, int h,
+                                                std::int64_t rows, int dh, T scale, T* out) {
+  if (rows < tile_q) std::fill(out, out + std::int64_t(dh) * tile_q, T(0));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const T* xr = x.row(b, i0 + i, h);
+    for (int d = 0; d < dh; ++d) out[d * tile_q + i] = scale * xr[d];
   }
 }
 
-/// dS = P ⊙ (dP ⊙ M − Δ) in place on the tile dP = dO Vᵀ (M: the dropout factors, or 1).
-template <class T>
-void scores_gradient(const AttentionArgs<T>& a, const AttentionGrads<T>& g, std::int64_t b, int h, std::int64_t i0,
-                     std::int64_t rows, std::int64_t k0, std::int64_t cols, const T* p, T* dp) {
-  const T* delta = g.delta + (b * a.heads + h) * a.tq + i0;
-  for (std::int64_t r = 0; r < rows; ++r) {
-    T* dr = dp + r * tile_k;
-    const T* pr = p + r * tile_k;
-    if (a.dropout.active())
-      for (std::int64_t c = 0; c < cols; ++c) dr[c] *= a.dropout_factor(b, h, i0 + r, k0 + c);
-    for (std::int64_t c = 0; c < cols; ++c) dr[c] = pr[c] * (dr[c] - delta[r]);
+/// Sets the entries of an edge tile Sᵀ (cols keys × tile_q query lanes) that the scheme hides
+/// to −inf, so that exp makes them 0.
+template <class Scheme, class T>
+HYBRIDSEQ_HOST_FORCEINLINE void mask_scores(T* st, std::int64_t p_first, std::int64_t rows, std::int64_t k0,
+                                            std::int64_t cols, std::int64_t n) {
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const std::int64_t kb = std::clamp<std::int64_t>(Scheme::key_begin(p_first + i, n) - k0, 0, cols);
+    const std::int64_t ke = std::clamp<std::int64_t>(Scheme::key_end(p_first + i, n) - k0, 0, cols);
+    for (std::int64_t j = 0; j < kb; ++j) st[j * tile_q + i] = neg_inf<T>();
+    for (std::int64_t j = ke; j < cols; ++j) st[j * tile_q + i] = neg_inf<T>();
   }
+}
+
+/// One key tile of the online softmax, a lane per query: m ← max(m, maxⱼ Sᵀⱼ),
+/// Sᵀ ← exp(Sᵀ − m), l ← l·c + Σⱼ Sᵀⱼ, with c = exp(m_old − m) left in `corr` for O.
+/// m starts at the lowest finite value rather than −inf, so that a query that has seen only
+/// masked keys gets c = exp(0) and P = exp(−inf) = 0 instead of NaNs.
+template <class S, class T>
+HYBRIDSEQ_HOST_FORCEINLINE void online_softmax(T* st, std::int64_t cols, T* m, T* l, T* corr) {
+  using V = typename S::V;
+  constexpr int W = S::lanes;
+  T mx[tile_q], sum[tile_q];
+  for (int i = 0; i < tile_q; i += W) {  // the max as vectors: GCC will not if-convert a float select
+    V v;
+    simd::load(v, m + i);
+    for (std::int64_t j = 0; j < cols; ++j) {
+      V x;
+      simd::load(x, st + j * tile_q + i);
+      v = x > v ? x : v;
+    }
+    simd::store(mx + i, v);
+  }
+  for (int i = 0; i < tile_q; ++i) corr[i] = exp_in_loop(m[i] - mx[i]), m[i] = mx[i], sum[i] = 0;
+  for (std::int64_t j = 0; j < cols; ++j) {
+    T* sj = st + j * tile_q;
+    for (int i = 0; i < tile_q; ++i) sj[i] = exp_in_loop(sj[i] - mx[i]), sum[i] += sj[i];
+  }
+  for (int i = 0; i < tile_q; ++i) l[i] = l[i] * corr[i] + sum[i];
 }
 
 /// Forward: one task per (batch, head, query tile).
@@ -164,12 +228,16 @@ template <class Scheme, class T, class Space>
 struct Forward {
   AttentionArgs<T> a;
   std::int64_t n_qtiles;
+  Isa isa;
 
   static std::size_t scratch_bytes(int head_dim) {
-    return sizeof(T) * (std::size_t(tile_q) * tile_k + std::size_t(tile_q) * head_dim + 2 * tile_q);
+    return sizeof(T) * (std::size_t(tile_k) * tile_q + 2 * std::size_t(tile_q) * head_dim + 3 * tile_q);
   }
 
-  void operator()(const TeamMember<Space>& team) const {
+  void operator()(const TeamMember<Space>& team) const { with_shape<T>(isa, *this, team); }
+
+  template <class S>
+  HYBRIDSEQ_HOST_FORCEINLINE void run(S shape, const TeamMember<Space>& team) const {
     const std::int64_t task = team.league_rank();
     const std::int64_t qt = task % n_qtiles, bh = task / n_qtiles;
     const int h = int(bh % a.heads);
@@ -179,48 +247,33 @@ struct Forward {
     const std::int64_t n = a.tk, i0 = qt * tile_q, rows = std::min<std::int64_t>(tile_q, a.tq - i0);
     const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
 
-    T* s = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q * tile_k));
+    T* s = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_k * tile_q));
+    T* q_t = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q * dh));
     T* acc = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q * dh));
     T* m = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q));
     T* l = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q));
-    for (std::int64_t r = 0; r < rows; ++r) m[r] = neg_inf<T>(), l[r] = 0;
+    T* corr = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q));
+    pack_transposed(a.q, b, i0, h, rows, dh, a.alpha[h], q_t);
+    std::fill(m, m + tile_q, std::numeric_limits<T>::lowest());
+    std::fill(l, l + tile_q, T(0));
     std::fill(acc, acc + rows * dh, T(0));
 
     const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
     for (std::int64_t k0 = kb / tile_k * tile_k; k0 < ke; k0 += tile_k) {
       const std::int64_t cols = std::min<std::int64_t>(tile_k, n - k0);
-      score_tile<Scheme>(a, b, h, hk, i0, rows, k0, cols, s);
-      const bool interior = tile_is_interior<Scheme, T>(p_first, p_last, k0, cols, n);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        T* sr = s + r * tile_k;
-        std::int64_t c0 = 0, c1 = cols;
-        if (!interior) {
-          c0 = std::clamp<std::int64_t>(Scheme::key_begin(p_first + r, n) - k0, 0, cols);
-          c1 = std::clamp<std::int64_t>(Scheme::key_end(p_first + r, n) - k0, 0, cols);
-        }
-        T mx = m[r];
-        for (std::int64_t c = c0; c < c1; ++c) mx = sr[c] > mx ? sr[c] : mx;
-        if (mx == neg_inf<T>()) {  // nothing visible in this tile for this row
-          std::fill(sr, sr + cols, T(0));
-          continue;
-        }
-        const T correction = math::exp(m[r] - mx);
-        T sum = 0;
-        for (std::int64_t c = 0; c < c0; ++c) sr[c] = 0;
-        for (std::int64_t c = c0; c < c1; ++c) sr[c] = exp_in_loop(sr[c] - mx);  // vectorises
-        for (std::int64_t c = c0; c < c1; ++c) sum += sr[c];
-        for (std::int64_t c = c1; c < cols; ++c) sr[c] = 0;
-        if (a.dropout.active())  // after the row sum: the normaliser is the undropped one
-          for (std::int64_t c = c0; c < c1; ++c) sr[c] *= a.dropout_factor(b, h, i0 + r, k0 + c);
-        l[r] = l[r] * correction + sum;
-        m[r] = mx;
-        if (correction != T(1)) {
-          T* ar = acc + r * dh;
-          for (int d = 0; d < dh; ++d) ar[d] *= correction;
-        }
-      }
-      host_gemm<T>(Op::none, Op::none, rows, dh, cols, T(1), s, tile_k, a.v.row(b, k0, hk), a.v.time_stride, T(1), acc,
-                   dh);
+      const T* k = a.k.row(b, k0, hk);
+      simd::gemm(shape, int(cols), tile_q, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false);
+      if (!tile_is_interior<Scheme, T>(p_first, p_last, k0, cols, n))
+        mask_scores<Scheme>(s, p_first, rows, k0, cols, n);
+      online_softmax<S>(s, cols, m, l, corr);
+      if (a.dropout.active())  // after the row sums: the normaliser is the undropped one
+        for (std::int64_t j = 0; j < cols; ++j)
+          for (std::int64_t i = 0; i < rows; ++i) s[j * tile_q + i] *= a.dropout_factor(b, h, i0 + i, k0 + j);
+      for (std::int64_t i = 0; i < rows; ++i)
+        for (int d = 0; d < dh; ++d) acc[i * dh + d] *= corr[i];
+      // O += P V, P read transposed out of Sᵀ
+      simd::gemm(shape, int(rows), dh, int(cols), T(1), s, 1, tile_q, a.v.row(b, k0, hk), a.v.time_stride, acc, dh,
+                 true);
     }
     T* lse = a.lse + (b * a.heads + h) * a.tq + i0;
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -249,120 +302,177 @@ struct Delta {
   }
 };
 
-/// Backward pass 1: dK, dV for one (batch, kv head, key tile), over every query tile and
-/// every query head of the group that sees it.
+/// How backward's tasks, (batch, kv head, head of the group, query tile) in that order, are cut
+/// into slots, and where each slot keeps its dK/dV partial sums: one (Tk × Dh) block per
+/// (batch, kv head) its tasks touch. Consecutive tasks share their kv block, so slots
+/// duplicate at most one block at each cut.
+struct SlotPlan {
+  int slots = 0;
+  std::vector<std::int64_t> first_task;               // slot s runs tasks [first_task[s], first_task[s + 1])
+  std::vector<std::int64_t> first_block, last_block;  // and touches kv blocks first..last (b · Hkv + hk)
+  std::vector<std::int64_t> offset;                   // its first block's first row in the partial buffers
+  std::int64_t rows = 0;                              // rows of Dh in each partial buffer (dK, dV)
+};
+
+/// Slots per backward call. Fixed, not the thread count, so that the sums do not depend on it;
+/// 8 gives up to 8 threads equal shares while duplicating at most 7 blocks.
+inline constexpr int backward_slots = 8;
+
+template <class Scheme, class T>
+SlotPlan plan_slots(const AttentionArgs<T>& a, std::int64_t n_qtiles) {
+  const std::int64_t tasks = a.batch * a.heads * n_qtiles, per_block = a.heads / a.kv_heads * n_qtiles;
+  std::vector<std::int64_t> cost(n_qtiles);  // key tiles a query tile visits: the same for every head
+  std::int64_t total = 0;
+  for (std::int64_t qt = 0; qt < n_qtiles; ++qt) {
+    const std::int64_t p_first = a.q0 + qt * tile_q,
+                       p_last = a.q0 + std::min<std::int64_t>(a.tq, qt * tile_q + tile_q) - 1;
+    const std::int64_t kb = Scheme::key_begin(p_first, a.tk) / tile_k * tile_k, ke = Scheme::key_end(p_last, a.tk);
+    cost[qt] = 1 + std::max<std::int64_t>(0, (ke - kb + tile_k - 1) / tile_k);  // + 1: the task's own packing
+    total += cost[qt];
+  }
+  total *= a.batch * a.heads;
+  SlotPlan plan;
+  plan.slots = int(std::min<std::int64_t>(tasks, backward_slots));
+  // Task t goes to slot ⌊(cost of the tasks before t) · slots / total⌋: equal shares, in order.
+  plan.first_task.assign(plan.slots + 1, tasks);
+  std::int64_t before = 0;
+  for (std::int64_t t = 0; t < tasks; ++t) {
+    const std::int64_t s = before * plan.slots / total;
+    for (std::int64_t r = s; r >= 0 && plan.first_task[r] == tasks; --r) plan.first_task[r] = t;  // and skipped slots
+    before += cost[t % n_qtiles];
+  }
+  plan.first_block.resize(plan.slots);
+  plan.last_block.resize(plan.slots);
+  plan.offset.resize(plan.slots);
+  for (int s = 0; s < plan.slots; ++s) {
+    const std::int64_t t0 = plan.first_task[s], t1 = plan.first_task[s + 1];
+    plan.first_block[s] = t0 / per_block;
+    plan.last_block[s] = t1 > t0 ? (t1 - 1) / per_block : plan.first_block[s] - 1;  // empty slot: no blocks
+    plan.offset[s] = plan.rows;
+    plan.rows += (plan.last_block[s] - plan.first_block[s] + 1) * a.tk;
+  }
+  return plan;
+}
+
+/// Backward: slot s runs its tasks, one per (batch, head, query tile), in order; dK and dV go
+/// to the slot's partial buffers (`partial`: dK rows, then dV rows, Dh each).
 template <class Scheme, class T, class Space>
-struct BackwardKV {
+struct Backward {
   AttentionArgs<T> a;
   AttentionGrads<T> g;
-  std::int64_t n_ktiles;
+  std::int64_t n_qtiles;
+  const std::int64_t *first_task, *first_block, *offset;
+  T* partial;
+  std::int64_t partial_rows;
+  Isa isa;
 
-  static std::size_t scratch_bytes(int head_dim) {
-    return sizeof(T) * (2 * std::size_t(tile_q) * tile_k + 2 * std::size_t(tile_k) * head_dim);
+  static std::size_t scratch_bytes(int head_dim, bool dalpha, bool dropout) {
+    const std::size_t tiles = 2 + (dalpha ? 1 : 0) + (dropout ? 1 : 0);
+    return sizeof(T) * (tiles * tile_k * tile_q + 3 * std::size_t(tile_q) * head_dim + 2 * tile_q);
   }
 
-  void operator()(const TeamMember<Space>& team) const {
-    const std::int64_t task = team.league_rank();
-    const std::int64_t kt = task % n_ktiles, bh = task / n_ktiles;
-    const int hk = int(bh % a.kv_heads);
-    const std::int64_t b = bh / a.kv_heads;
-    const int dh = a.head_dim, group = a.heads / a.kv_heads;
-    const std::int64_t n = a.tk, k0 = kt * tile_k, cols = std::min<std::int64_t>(tile_k, n - k0);
+  void operator()(const TeamMember<Space>& team) const { with_shape<T>(isa, *this, team); }
 
-    T* p = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q * tile_k));
-    T* dp = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q * tile_k));
-    T* dk = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_k * dh));
-    T* dv = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_k * dh));
-    std::fill(dk, dk + cols * dh, T(0));
-    std::fill(dv, dv + cols * dh, T(0));
+  template <class S>
+  HYBRIDSEQ_HOST_FORCEINLINE void run(S shape, const TeamMember<Space>& team) const {
+    const int slot = team.league_rank(), dh = a.head_dim, group = a.heads / a.kv_heads;
+    auto& shmem = team.team_shmem();
+    T* s = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_k * tile_q));
+    T* dp = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_k * tile_q));
+    T* scores = g.dalpha ? static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_k * tile_q)) : nullptr;
+    T* dropped = a.dropout.active() ? static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_k * tile_q)) : nullptr;
+    T* q_t = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_q * dh));
+    T* do_t = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_q * dh));
+    T* dq = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_q * dh));
+    T* lse = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_q));
+    T* delta = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_q));
 
-    const std::int64_t i_begin = first_query_seeing<Scheme>(k0, a.q0, a.tq, n);
-    const std::int64_t i_end = end_query_seeing<Scheme>(k0 + cols, a.q0, a.tq, n);
-    for (int h = hk * group; h < (hk + 1) * group; ++h) {
+    for (std::int64_t task = first_task[slot]; task < first_task[slot + 1]; ++task) {
+      const std::int64_t qt = task % n_qtiles, hb = task / n_qtiles, block = hb / group;
+      const int h = int(block % a.kv_heads) * group + int(hb % group), hk = h / group;
+      const std::int64_t b = block / a.kv_heads, n = a.tk, i0 = qt * tile_q;
+      const std::int64_t rows = std::min<std::int64_t>(tile_q, a.tq - i0), p_first = a.q0 + i0;
+      const std::int64_t p_last = p_first + rows - 1;
       const T alpha = a.alpha[h];
-      for (std::int64_t i0 = i_begin / tile_q * tile_q; i0 < i_end; i0 += tile_q) {
-        const std::int64_t rows = std::min<std::int64_t>(tile_q, a.tq - i0), p_first = a.q0 + i0;
-        score_tile<Scheme>(a, b, h, hk, i0, rows, k0, cols, p);
-        const bool interior = tile_is_interior<Scheme, T>(p_first, p_first + rows - 1, k0, cols, n);
-        probabilities<Scheme>(p, a.lse + (b * a.heads + h) * a.tq + i0, p_first, rows, k0, cols, n, interior);
-        // dV += Pᵀ dO (with dropout: (P ⊙ M)ᵀ dO, the dropped tile built in dp first)
-        const T* pv = p;
-        if (a.dropout.active()) {
-          for (std::int64_t r = 0; r < rows; ++r)
-            for (std::int64_t c = 0; c < cols; ++c)
-              dp[r * tile_k + c] = p[r * tile_k + c] * a.dropout_factor(b, h, i0 + r, k0 + c);
-          pv = dp;
+      T* dk = partial + (offset[slot] + (block - first_block[slot]) * n) * dh;
+      T* dv = dk + partial_rows * dh;
+
+      pack_transposed(a.q, b, i0, h, rows, dh, alpha, q_t);
+      pack_transposed(g.d_o, b, i0, h, rows, dh, T(1), do_t);
+      const std::int64_t stats = (b * a.heads + h) * a.tq + i0;
+      for (int i = 0; i < tile_q; ++i)
+        lse[i] = i < rows ? a.lse[stats + i] : T(0), delta[i] = i < rows ? g.delta[stats + i] : T(0);
+      std::fill(dq, dq + rows * dh, T(0));
+      double dalpha = 0;  // Σ dS ⊙ S over this query tile (S = α Q Kᵀ), divided by α at the end
+
+      const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+      for (std::int64_t k0 = kb / tile_k * tile_k; k0 < ke; k0 += tile_k) {
+        const int cols = int(std::min<std::int64_t>(tile_k, n - k0));
+        const T* k = a.k.row(b, k0, hk);
+        const T* v = a.v.row(b, k0, hk);
+        simd::gemm(shape, cols, tile_q, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false);  // Sᵀ
+        if (scores) std::copy(s, s + cols * tile_q, scores);
+        if (!tile_is_interior<Scheme, T>(p_first, p_last, k0, cols, n))
+          mask_scores<Scheme>(s, p_first, rows, k0, cols, n);
+        for (int j = 0; j < cols; ++j)
+          for (int i = 0; i < tile_q; ++i) s[j * tile_q + i] = exp_in_loop(s[j * tile_q + i] - lse[i]);     // Pᵀ
+        simd::gemm(shape, cols, tile_q, dh, T(1), v, a.v.time_stride, 1, do_t, tile_q, dp, tile_q, false);  // dPᵀ
+        const T* p_used = s;  // the probabilities V saw: P, or P ⊙ M under dropout
+        if (dropped) {
+          for (int j = 0; j < cols; ++j)
+            for (std::int64_t i = 0; i < rows; ++i) {
+              const T f = a.dropout_factor(b, h, i0 + i, k0 + j);
+              dropped[j * tile_q + i] = s[j * tile_q + i] * f;
+              dp[j * tile_q + i] *= f;
+            }
+          p_used = dropped;
         }
-        host_gemm<T>(Op::transpose, Op::none, cols, dh, rows, T(1), pv, tile_k, g.d_o.row(b, i0, h), g.d_o.time_stride,
-                     T(1), dv, dh);
-        // dP = dO Vᵀ (⊙ M), then dS = P ⊙ (dP − Δ)
-        host_gemm<T>(Op::none, Op::transpose, rows, cols, dh, T(1), g.d_o.row(b, i0, h), g.d_o.time_stride,
-                     a.v.row(b, k0, hk), a.v.time_stride, T(0), dp, tile_k);
-        scores_gradient(a, g, b, h, i0, rows, k0, cols, p, dp);
-        // dK += α dSᵀ Q
-        host_gemm<T>(Op::transpose, Op::none, cols, dh, rows, alpha, dp, tile_k, a.q.row(b, i0, h), a.q.time_stride,
-                     T(1), dk, dh);
+        for (int j = 0; j < cols; ++j)
+          for (int i = 0; i < tile_q; ++i)
+            dp[j * tile_q + i] = s[j * tile_q + i] * (dp[j * tile_q + i] - delta[i]);  // dSᵀ
+        if (scores)
+          for (int j = 0; j < cols; ++j)
+            for (std::int64_t i = 0; i < rows; ++i)
+              dalpha += double(dp[j * tile_q + i]) * double(scores[j * tile_q + i]);
+        // dV += Pᵀ dO, dK += α dSᵀ Q (both rows of Sᵀ), dQ += dS K (Sᵀ read transposed; α at the end)
+        simd::gemm(shape, cols, dh, int(rows), T(1), p_used, tile_q, 1, g.d_o.row(b, i0, h), g.d_o.time_stride,
+                   dv + k0 * dh, dh, true);
+        simd::gemm(shape, cols, dh, int(rows), alpha, dp, tile_q, 1, a.q.row(b, i0, h), a.q.time_stride, dk + k0 * dh,
+                   dh, true);
+        simd::gemm(shape, int(rows), dh, cols, T(1), dp, 1, tile_q, k, a.k.time_stride, dq, dh, true);
       }
-    }
-    for (std::int64_t c = 0; c < cols; ++c) {
-      T* dkr = g.dk.row(b, k0 + c, hk);
-      T* dvr = g.dv.row(b, k0 + c, hk);
-      for (int d = 0; d < dh; ++d) dkr[d] = dk[c * dh + d], dvr[d] = dv[c * dh + d];
+      for (std::int64_t r = 0; r < rows; ++r) {
+        T* out = g.dq.row(b, i0 + r, h);
+        for (int d = 0; d < dh; ++d) out[d] = alpha * dq[r * dh + d];
+      }
+      if (g.dalpha) g.dalpha[(b * a.heads + h) * n_qtiles + qt] = T(dalpha / double(alpha));
     }
   }
 };
 
-/// Backward pass 2: dQ (and the partial temperature gradient) for one (batch, head, query tile).
-template <class Scheme, class T, class Space>
-struct BackwardQ {
+/// dK and dV rows: the sum of the slots' partial rows, in slot order.
+template <class T, class Space>
+struct SumSlots {
   AttentionArgs<T> a;
   AttentionGrads<T> g;
-  std::int64_t n_qtiles;
+  int slots;
+  const std::int64_t *first_block, *last_block, *offset;
+  const T* partial;
+  std::int64_t partial_rows;
 
-  static std::size_t scratch_bytes(int head_dim) {
-    return sizeof(T) * (3 * std::size_t(tile_q) * tile_k + std::size_t(tile_q) * head_dim);
-  }
-
-  void operator()(const TeamMember<Space>& team) const {
-    const std::int64_t task = team.league_rank();
-    const std::int64_t qt = task % n_qtiles, bh = task / n_qtiles;
-    const int h = int(bh % a.heads);
-    const std::int64_t b = bh / a.heads;
-    const int hk = h / (a.heads / a.kv_heads), dh = a.head_dim;
-    const std::int64_t n = a.tk, i0 = qt * tile_q, rows = std::min<std::int64_t>(tile_q, a.tq - i0);
-    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
-    const T alpha = a.alpha[h];
-
-    T* p = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q * tile_k));
-    T* dp = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q * tile_k));
-    T* scores = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q * tile_k));
-    T* dq = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q * dh));
-    std::fill(dq, dq + rows * dh, T(0));
-    const T* lse = a.lse + (b * a.heads + h) * a.tq + i0;
-    double dalpha = 0;  // Σ dS ⊙ (S / α) over this tile row block
-
-    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
-    for (std::int64_t k0 = kb / tile_k * tile_k; k0 < ke; k0 += tile_k) {
-      const std::int64_t cols = std::min<std::int64_t>(tile_k, n - k0);
-      score_tile<Scheme>(a, b, h, hk, i0, rows, k0, cols, p);
-      const bool interior = tile_is_interior<Scheme, T>(p_first, p_last, k0, cols, n);
-      if (g.dalpha) std::copy(p, p + rows * tile_k, scores);  // S, for ∂L/∂α = Σ dS ⊙ S / α
-      probabilities<Scheme>(p, lse, p_first, rows, k0, cols, n, interior);
-      host_gemm<T>(Op::none, Op::transpose, rows, cols, dh, T(1), g.d_o.row(b, i0, h), g.d_o.time_stride,
-                   a.v.row(b, k0, hk), a.v.time_stride, T(0), dp, tile_k);
-      scores_gradient(a, g, b, h, i0, rows, k0, cols, p, dp);
-      if (g.dalpha)
-        for (std::int64_t r = 0; r < rows; ++r)
-          for (std::int64_t c = 0; c < cols; ++c) dalpha += double(dp[r * tile_k + c]) * double(scores[r * tile_k + c]);
-      // dQ += α dS K
-      host_gemm<T>(Op::none, Op::none, rows, dh, cols, alpha, dp, tile_k, a.k.row(b, k0, hk), a.k.time_stride, T(1), dq,
-                   dh);
+  void operator()(const std::int64_t row) const {
+    const std::int64_t block = row / a.tk, t = row % a.tk, b = block / a.kv_heads;
+    const int hk = int(block % a.kv_heads), dh = a.head_dim;
+    T* dk = g.dk.row(b, t, hk);
+    T* dv = g.dv.row(b, t, hk);
+    std::fill(dk, dk + dh, T(0));
+    std::fill(dv, dv + dh, T(0));
+    for (int s = 0; s < slots; ++s) {
+      if (block < first_block[s] || block > last_block[s]) continue;
+      const T* pk = partial + (offset[s] + (block - first_block[s]) * a.tk + t) * dh;
+      const T* pv = pk + partial_rows * dh;
+      for (int d = 0; d < dh; ++d) dk[d] += pk[d], dv[d] += pv[d];
     }
-    for (std::int64_t r = 0; r < rows; ++r) {
-      T* out = g.dq.row(b, i0 + r, h);
-      for (int d = 0; d < dh; ++d) out[d] = dq[r * dh + d];
-    }
-    if (g.dalpha) g.dalpha[(b * a.heads + h) * n_qtiles + qt] = T(dalpha / double(alpha));
   }
 };
 
@@ -389,28 +499,36 @@ inline constexpr bool runs_on = Kokkos::SpaceAccessibility<Kokkos::HostSpace, ty
 /// O and LSE for every query row.
 template <class Scheme, class T, class Space>
 void forward(const Space& exec, const AttentionArgs<T>& a) {
-  static_assert(runs_on<Space>, "hybridseq::kernels::attention::tiled: host execution spaces only (BLAS per tile)");
+  static_assert(runs_on<Space>, "hybridseq::kernels::attention::tiled: host execution spaces only");
   const std::int64_t nq = query_tiles(a.tq);
+  using F = detail::Forward<Scheme, T, Space>;
   detail::launch("hybridseq::kernels::attention::forward[tiled]", exec, a.batch * a.heads * nq,
-                 detail::Forward<Scheme, T, Space>::scratch_bytes(a.head_dim),
-                 detail::Forward<Scheme, T, Space>{a, nq});
+                 F::scratch_bytes(a.head_dim), F{a, nq, detail::kernel_isa<T>(a.head_dim)});
 }
 
 /// dQ, dK, dV (overwritten) from dO, and, when g.dalpha is set, the per-(b, h, query tile)
 /// partial sums of ∂L/∂α (sum them over b and tiles for each head).
 template <class Scheme, class T, class Space>
 void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads<T>& g) {
-  static_assert(runs_on<Space>, "hybridseq::kernels::attention::tiled: host execution spaces only (BLAS per tile)");
+  static_assert(runs_on<Space>, "hybridseq::kernels::attention::tiled: host execution spaces only");
   if (a.batch * a.tq == 0) return;
   Kokkos::parallel_for("hybridseq::kernels::attention::delta",
                        Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.heads * a.tq), detail::Delta<T, Space>{a, g});
-  const std::int64_t nk = (a.tk + tile_k - 1) / tile_k, nq = query_tiles(a.tq);
-  detail::launch("hybridseq::kernels::attention::backward_kv[tiled]", exec, a.batch * a.kv_heads * nk,
-                 detail::BackwardKV<Scheme, T, Space>::scratch_bytes(a.head_dim),
-                 detail::BackwardKV<Scheme, T, Space>{a, g, nk});
-  detail::launch("hybridseq::kernels::attention::backward_q[tiled]", exec, a.batch * a.heads * nq,
-                 detail::BackwardQ<Scheme, T, Space>::scratch_bytes(a.head_dim),
-                 detail::BackwardQ<Scheme, T, Space>{a, g, nq});
+  const std::int64_t nq = query_tiles(a.tq);
+  const detail::SlotPlan plan = detail::plan_slots<Scheme>(a, nq);
+  // Zero-filled: a slot's block starts from 0 and only adds.
+  const Kokkos::View<T*, typename Space::memory_space> partial("hybridseq::kernels::attention::dkv_partial",
+                                                               2 * plan.rows * a.head_dim);
+  using B = detail::Backward<Scheme, T, Space>;
+  detail::launch("hybridseq::kernels::attention::backward[tiled]", exec, plan.slots,
+                 B::scratch_bytes(a.head_dim, g.dalpha != nullptr, a.dropout.active()),
+                 B{a, g, nq, plan.first_task.data(), plan.first_block.data(), plan.offset.data(), partial.data(),
+                   plan.rows, detail::kernel_isa<T>(a.head_dim)});
+  Kokkos::parallel_for("hybridseq::kernels::attention::dkv_sum",
+                       Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.kv_heads * a.tk),
+                       detail::SumSlots<T, Space>{a, g, plan.slots, plan.first_block.data(), plan.last_block.data(),
+                                                  plan.offset.data(), partial.data(), plan.rows});
+  exec.fence();  // the plan and the partial buffers go out of scope here
 }
 
 }  // namespace tiled

@@ -1,0 +1,170 @@
+#pragma once
+/// \file
+/// The register-blocked micro-kernel behind every tile product of the tiled attention kernel:
+///
+///   C (m × n) = or += α · A (m × k) · B (k × n)
+///
+/// A is read one scalar at a time through two strides (row, column), so a transposed operand
+/// (Pᵀ, dSᵀ) costs no copy; B is row-major with contiguous columns, read as vectors; C is
+/// row-major. The kernel keeps an MR × NV-vector block of C in registers and, per step of the
+/// depth, loads NV vectors of B and broadcasts MR scalars of A: MR·NV FMAs for MR + NV loads.
+/// Shapes per ISA fill the register file without spilling:
+///
+///   AVX-512 (32 zmm): 6 rows × 4 vectors of 16 floats   24 accumulators
+///   AVX2    (16 ymm): 6 rows × 2 vectors of  8 floats   12 accumulators
+///   generic (scalars): 4 × 4, any type, any n (double, odd head dims, non-x86 hosts)
+///
+/// The vector shapes need n to be a multiple of the vector width (callers check the head dim).
+/// Every sum runs in a fixed order, so results are bit-identical from run to run (and differ
+/// between ISAs only by rounding).
+
+#include <cstdint>
+#include <cstring>
+
+#include "../isa.hpp"
+
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+// The register block is arrays indexed by constant loops: they stay in registers only when the
+// loops are unrolled completely.
+#define HYBRIDSEQ_UNROLL _Pragma("GCC unroll 16")
+#else
+#define HYBRIDSEQ_UNROLL
+#endif
+
+namespace hybridseq::kernels::attention::simd {
+
+/// W lanes of T: the scalar itself for W = 1, a GCC vector otherwise.
+template <class T, int W>
+struct Lanes {
+  using V = T;
+};
+#if HYBRIDSEQ_ISA_DISPATCH
+template <>
+struct Lanes<float, 8> {
+  using V = float __attribute__((vector_size(32)));
+};
+template <>
+struct Lanes<float, 16> {
+  using V = float __attribute__((vector_size(64)));
+};
+#endif
+
+/// A micro-kernel shape: lanes per vector, rows × vectors of the register block.
+template <class T, int W, int MR, int NV>
+struct Shape {
+  using Scalar = T;
+  using V = typename Lanes<T, W>::V;
+  static constexpr int lanes = W, rows = MR, vectors = NV;
+};
+template <class T>
+using Generic = Shape<T, 1, 4, 4>;
+#if HYBRIDSEQ_ISA_DISPATCH
+using Avx2 = Shape<float, 8, 6, 2>;
+using Avx512 = Shape<float, 16, 6, 4>;
+#endif
+
+// Vectors go by reference: by value, GCC warns that AVX arguments change the ABI (-Wpsabi),
+// although every use is inlined.
+template <class V, class T>
+HYBRIDSEQ_HOST_FORCEINLINE void load(V& v, const T* p) {
+  std::memcpy(&v, p, sizeof v);  // one unaligned vector load
+}
+template <class V, class T>
+HYBRIDSEQ_HOST_FORCEINLINE void store(T* p, const V& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+/// One register block: C (M × NV·W) at c = or += alpha · A · B.
+template <class S, int M, int NV>
+HYBRIDSEQ_HOST_FORCEINLINE void block(int k, typename S::Scalar alpha, const typename S::Scalar* a, std::int64_t a_row,
+                                      std::int64_t a_col, const typename S::Scalar* b, std::int64_t ldb,
+                                      typename S::Scalar* c, std::int64_t ldc, bool accumulate) {
+  using V = typename S::V;
+  constexpr int W = S::lanes;
+  V acc[M][NV];
+  HYBRIDSEQ_UNROLL
+  for (int i = 0; i < M; ++i) {
+    HYBRIDSEQ_UNROLL
+    for (int j = 0; j < NV; ++j) acc[i][j] = V{};
+  }
+  for (int p = 0; p < k; ++p) {
+    V bv[NV];
+    HYBRIDSEQ_UNROLL
+    for (int j = 0; j < NV; ++j) load(bv[j], b + p * ldb + j * W);
+    HYBRIDSEQ_UNROLL
+    for (int i = 0; i < M; ++i) {
+      const V ai = a[i * a_row + p * a_col] - V{};  // broadcast (x − 0 folds to x; x + 0 would not, for −0)
+      HYBRIDSEQ_UNROLL
+      for (int j = 0; j < NV; ++j) acc[i][j] += ai * bv[j];  // contracted to an FMA where the ISA has one
+    }
+  }
+  HYBRIDSEQ_UNROLL
+  for (int i = 0; i < M; ++i) {
+    HYBRIDSEQ_UNROLL
+    for (int j = 0; j < NV; ++j) {
+      V r = acc[i][j] * alpha;
+      if (accumulate) {
+        V old;
+        load(old, c + i * ldc + j * W);
+        r += old;
+      }
+      store(c + i * ldc + j * W, r);
+    }
+  }
+}
+
+/// The block for the last, narrower column block (nv < NV vectors) and the last rows (m < M).
+template <class S, int M, int NV = S::vectors>
+HYBRIDSEQ_HOST_FORCEINLINE void block_of_width(int nv, int k, typename S::Scalar alpha, const typename S::Scalar* a,
+                                               std::int64_t a_row, std::int64_t a_col, const typename S::Scalar* b,
+                                               std::int64_t ldb, typename S::Scalar* c, std::int64_t ldc,
+                                               bool accumulate) {
+  if constexpr (NV > 1)
+    if (nv < NV) return block_of_width<S, M, NV - 1>(nv, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate);
+  block<S, M, NV>(k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate);
+}
+template <class S, int M = S::rows>
+HYBRIDSEQ_HOST_FORCEINLINE void block_of_size(int m, int nv, int k, typename S::Scalar alpha,
+                                              const typename S::Scalar* a, std::int64_t a_row, std::int64_t a_col,
+                                              const typename S::Scalar* b, std::int64_t ldb, typename S::Scalar* c,
+                                              std::int64_t ldc, bool accumulate) {
+  if constexpr (M > 1)
+    if (m < M) return block_of_size<S, M - 1>(m, nv, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate);
+  block_of_width<S, M>(nv, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate);
+}
+
+/// C = or += alpha · A · B, walking C in column blocks (B's block stays in L1 across the rows).
+template <class S>
+HYBRIDSEQ_HOST_FORCEINLINE void gemm_body(int m, int n, int k, typename S::Scalar alpha, const typename S::Scalar* a,
+                                          std::int64_t a_row, std::int64_t a_col, const typename S::Scalar* b,
+                                          std::int64_t ldb, typename S::Scalar* c, std::int64_t ldc, bool accumulate) {
+  constexpr int W = S::lanes, NV = S::vectors, MR = S::rows;
+  for (int j0 = 0; j0 < n; j0 += NV * W) {
+    const int nv = (n - j0) / W < NV ? (n - j0) / W : NV;
+    for (int i0 = 0; i0 < m; i0 += MR)
+      block_of_size<S>(m - i0 < MR ? m - i0 : MR, nv, k, alpha, a + i0 * a_row, a_row, a_col, b + j0, ldb,
+                       c + i0 * ldc + j0, ldc, accumulate);
+  }
+}
+
+/// The micro-kernel per shape: one out-of-line copy each, the vector ones compiled for their
+/// ISA. Callers pass the shape as a tag.
+template <class T>
+inline void gemm(Generic<T>, int m, int n, int k, T alpha, const T* a, std::int64_t a_row, std::int64_t a_col,
+                 const T* b, std::int64_t ldb, T* c, std::int64_t ldc, bool accumulate) {
+  gemm_body<Generic<T>>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate);
+}
+#if HYBRIDSEQ_ISA_DISPATCH
+[[HYBRIDSEQ_TARGET_AVX2]] inline void gemm(Avx2, int m, int n, int k, float alpha, const float* a, std::int64_t a_row,
+                                           std::int64_t a_col, const float* b, std::int64_t ldb, float* c,
+                                           std::int64_t ldc, bool accumulate) {
+  gemm_body<Avx2>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate);
+}
+[[HYBRIDSEQ_TARGET_AVX512]] inline void gemm(Avx512, int m, int n, int k, float alpha, const float* a,
+                                             std::int64_t a_row, std::int64_t a_col, const float* b, std::int64_t ldb,
+                                             float* c, std::int64_t ldc, bool accumulate) {
+  gemm_body<Avx512>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate);
+}
+#endif
+
+}  // namespace hybridseq::kernels::attention::simd
