@@ -54,8 +54,8 @@ if command -v nvcc >/dev/null; then
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos_cuda" -DHYBRIDSEQ_CUDA=ON >/dev/null
   # A hybrid model's training step (its norms, activations, GEMMs), Trainer and decoding
   # session on Kokkos::Cuda (quickstart), and the attention and scan test families. The GSS,
-  # layers and models families compile too (cmake --build build-cuda; models alone takes ~18
-  # minutes on 2 cores); they are left out of CI for its time budget.
+  # layers, models and ECP families compile too (cmake --build build-cuda; models alone takes
+  # ~18 minutes on 2 cores); they are left out of CI for its time budget.
   cmake --build build-cuda -j "$jobs" --target quickstart test_attention test_mamba
   # The portable attention kernels and the float scan kernels keep every value in registers:
   # no spills, no stack frame. (The double scan backward at N = 16 spills a little: not checked.)
