@@ -12,6 +12,7 @@
 #include "core/flat_tuple.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/literal.hpp"
+#include "core/parallel.hpp"
 #include "core/parameter.hpp"
 #include "core/rng.hpp"
 #include "core/spaces.hpp"

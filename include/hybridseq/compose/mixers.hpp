@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/parallel.hpp"
 #include "../core/parameter.hpp"
 #include "../core/spaces.hpp"
 
@@ -27,8 +28,8 @@ void weighted_sum(const std::array<Tensor<T***, Space>, N>& h, const std::array<
   const auto fy = core::flat(y);
   std::array<decltype(core::flat(h[0])), N> fh;
   for (int b = 0; b < N; ++b) fh[b] = core::flat(h[b]);
-  Kokkos::parallel_for(
-      "hybridseq::compose::mix", Kokkos::RangePolicy<Space>(0, fy.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+  core::parallel_for(
+      "hybridseq::compose::mix", Space{}, fy.extent(0), N, KOKKOS_LAMBDA(std::int64_t i) {
         T acc = 0;
         for (int b = 0; b < N; ++b) acc += w[b] * fh[b](i);
         fy(i) = acc;
@@ -40,8 +41,8 @@ double dot(const Tensor<T***, Space>& a, const Tensor<const T***, Space>& b) {
   const auto fa = core::flat(a);
   const auto fb = core::flat(b);
   double s = 0;
-  Kokkos::parallel_reduce(
-      "hybridseq::compose::mix_grad", Kokkos::RangePolicy<Space>(0, fa.extent(0)),
+  core::parallel_sum(
+      "hybridseq::compose::mix_grad", Space{}, fa.extent(0), 1,
       KOKKOS_LAMBDA(std::int64_t i, double& acc) { acc += double(fa(i)) * double(fb(i)); }, s);
   return s;
 }
@@ -50,8 +51,8 @@ template <class T, class Space>
 void axpy(T w, const Tensor<const T***, Space>& dy, const Tensor<T***, Space>& dh) {
   const auto fd = core::flat(dy);
   const auto fh = core::flat(dh);
-  Kokkos::parallel_for(
-      "hybridseq::compose::mix_backward", Kokkos::RangePolicy<Space>(0, fd.extent(0)),
+  core::parallel_for(
+      "hybridseq::compose::mix_backward", Space{}, fd.extent(0), 1,
       KOKKOS_LAMBDA(std::int64_t i) { fh(i) += w * fd(i); });
 }
 

@@ -22,6 +22,7 @@
 #include "../core/dropout.hpp"
 #include "../core/error.hpp"
 #include "../core/options.hpp"
+#include "../core/parallel.hpp"
 #include "../core/workspace.hpp"
 
 namespace hybridseq::compose {
@@ -38,8 +39,8 @@ template <class T, class Space>
 void add_scaled(Tensor<T***, Space> y, T a, Tensor<const T***, Space> x) {  // y += a·x
   const auto fy = core::flat(y);
   const auto fx = core::flat(x);
-  Kokkos::parallel_for(
-      "hybridseq::compose::residual_add", Kokkos::RangePolicy<Space>(0, fy.extent(0)),
+  core::parallel_for(
+      "hybridseq::compose::residual_add", Space{}, fy.extent(0), 1,
       KOKKOS_LAMBDA(std::int64_t i) { fy(i) += a * fx(i); });
 }
 

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "error.hpp"
+#include "parallel.hpp"
 #include "rng.hpp"
 #include "spaces.hpp"
 
@@ -178,9 +179,7 @@ std::int64_t parameter_count(Module& module) {
 /// Zeroes every gradient (backward accumulates, the caller zeroes).
 template <class Module>
 void zero_grad(Module& module) {
-  for_each_parameter(module, [](std::string_view, auto& p) {
-    Kokkos::deep_copy(p.grad(), typename std::remove_reference_t<decltype(p)>::scalar_type{});
-  });
+  for_each_parameter(module, [](std::string_view, auto& p) { zero(p.grad()); });
 }
 
 /// Initialises every parameter from its `Init`, with a random stream derived from its dotted

@@ -21,6 +21,7 @@
 #include "dropout.hpp"
 #include "error.hpp"
 #include "kokkos_compat.hpp"
+#include "parallel.hpp"
 #include "spaces.hpp"
 
 namespace hybridseq::core {
@@ -133,7 +134,7 @@ class Workspace {
   template <class DataType, class... Extents>
   Tensor<DataType, Space> allocate_zeroed(std::string_view label, Extents... extents) {
     auto t = allocate<DataType>(label, extents...);
-    Kokkos::deep_copy(t, typename Tensor<DataType, Space>::value_type{});
+    zero(t);
     return t;
   }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../core/parallel.hpp"
 #include "../core/spaces.hpp"
 #include "exp.hpp"
 
@@ -110,6 +111,11 @@ struct ActivationFn<Activation::softplus> {
 };
 
 namespace detail {
+/// Light element updates per element (core::parallel_for's unit): a polynomial or libm call
+/// per element, except for the identity.
+template <Activation A>
+inline constexpr std::int64_t activation_work = A == Activation::identity ? 1 : 8;
+
 template <Activation A, class T, class Space>
 struct ActivationForward {
   Tensor<const T*, Space> x;
@@ -129,16 +135,16 @@ struct ActivationBackward {
 /// y = f(x) elementwise over flat (n) views.
 template <Activation A, class T, class Space>
 void activation_forward(const Space& exec, TensorArg<const T*, Space> x, TensorArg<T*, Space> y) {
-  Kokkos::parallel_for("hybridseq::kernels::activation::forward", Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
-                       detail::ActivationForward<A, T, Space>{x, y});
+  core::parallel_for("hybridseq::kernels::activation::forward", exec, x.extent(0), detail::activation_work<A>,
+                     detail::ActivationForward<A, T, Space>{x, y});
 }
 
 /// dx += f'(x) · dy elementwise over flat (n) views.
 template <Activation A, class T, class Space>
 void activation_backward(const Space& exec, TensorArg<const T*, Space> x, TensorArg<const T*, Space> dy,
                          TensorArg<T*, Space> dx) {
-  Kokkos::parallel_for("hybridseq::kernels::activation::backward", Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
-                       detail::ActivationBackward<A, T, Space>{x, dy, dx});
+  core::parallel_for("hybridseq::kernels::activation::backward", exec, x.extent(0), detail::activation_work<A>,
+                     detail::ActivationBackward<A, T, Space>{x, dy, dx});
 }
 
 }  // namespace hybridseq::kernels

@@ -1,12 +1,27 @@
 #pragma once
 /// \file
-/// Row broadcast of a bias and its reduction: y(r, :) = b, db += Σ_r dy(r, :).
+/// Row broadcast of a bias and its reduction: y(r, :) = b, db += Σ_r dy(r, :); and the
+/// row-block column reduction that every parameter gradient summed over rows uses (biases,
+/// RMSNorm and LayerNorm weights).
+///
+/// A column sum over rows read column by column strides through memory and leaves each
+/// thread a sliver of every row. Instead the rows are cut into blocks of column_block_rows:
+/// each block is summed, row after row with unit-stride inner loops, into its own row of
+/// partial sums, and the partials are then added up per column in block order. The grouping
+/// depends on the shape alone, so the gradients are the same, bit for bit, at any thread
+/// count.
 
 #include <cstdint>
+#include <string>
 
+#include "../core/parallel.hpp"
 #include "../core/spaces.hpp"
 
 namespace hybridseq::kernels {
+
+/// Rows per block of the column reductions: enough for the blocks' partials to be a small
+/// fraction of the rows they sum, few enough that every thread gets blocks.
+inline constexpr std::int64_t column_block_rows = 64;
 
 namespace detail {
 template <class T, class Space>
@@ -17,31 +32,73 @@ struct BroadcastRows {
     for (std::int64_t j = 0; j < std::int64_t(y.extent(1)); ++j) y(r, j) = b(j);
   }
 };
-// One thread per column: race-free and deterministic.
+
+constexpr std::int64_t column_blocks(std::int64_t rows) {
+  return (rows + column_block_rows - 1) / column_block_rows;
+}
+
+/// The rows [begin, end) of row block `block` of a matrix with `rows` rows.
+struct RowBlock {
+  std::int64_t begin, end;
+  KOKKOS_INLINE_FUNCTION RowBlock(std::int64_t block, std::int64_t rows)
+      : begin(block * column_block_rows), end(begin + column_block_rows < rows ? begin + column_block_rows : rows) {}
+};
+
 template <class T, class Space>
-struct AccumulateColumnSums {
-  Tensor<const T**, Space> dy;
-  Tensor<T*, Space> db;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
-    T acc = 0;
-    for (std::int64_t r = 0; r < std::int64_t(dy.extent(0)); ++r) acc += dy(r, j);
-    db(j) += acc;
+struct BlockColumnSums {
+  Tensor<const T**, Space> dy;  // (R, N)
+  Tensor<T**, Space> partial;   // (blocks, N)
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t block) const {
+    const std::int64_t n = dy.extent(1);
+    const RowBlock rows(block, dy.extent(0));
+    for (std::int64_t j = 0; j < n; ++j) partial(block, j) = dy(rows.begin, j);
+    for (std::int64_t r = rows.begin + 1; r < rows.end; ++r)
+      for (std::int64_t j = 0; j < n; ++j) partial(block, j) += dy(r, j);
   }
 };
+
+/// out(j) += Σ_block partial(block, j), blocks in order.
+template <class T, class Space>
+struct CombineBlocks {
+  Tensor<const T**, Space> partial;  // (blocks, N)
+  Tensor<T*, Space> out;             // (N)
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
+    T acc = partial(0, j);
+    for (std::int64_t block = 1; block < std::int64_t(partial.extent(0)); ++block) acc += partial(block, j);
+    out(j) += acc;
+  }
+};
+
+/// Partials of (blocks, N) for a reduction over `rows` rows, uninitialised.
+template <class T, class Space>
+Tensor<T**, Space> block_partials(const char* label, std::int64_t rows, std::int64_t cols) {
+  return Tensor<T**, Space>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), column_blocks(rows),
+                            cols);
+}
+
+template <class T, class Space>
+void combine_blocks(const Space& exec, Tensor<const T**, Space> partial, TensorArg<T*, Space> out) {
+  core::parallel_for("hybridseq::kernels::combine_blocks", exec, partial.extent(1), partial.extent(0),
+                     CombineBlocks<T, Space>{partial, out});
+}
 }  // namespace detail
 
 /// y(r, :) = b for every row r of y (R, N).
 template <class T, class Space>
 void broadcast_rows(const Space& exec, TensorArg<const T*, Space> b, TensorArg<T**, Space> y) {
-  Kokkos::parallel_for("hybridseq::kernels::bias::broadcast", Kokkos::RangePolicy<Space>(exec, 0, y.extent(0)),
-                       detail::BroadcastRows<T, Space>{b, y});
+  core::parallel_for("hybridseq::kernels::bias::broadcast", exec, y.extent(0), y.extent(1),
+                     detail::BroadcastRows<T, Space>{b, y});
 }
 
 /// db += Σ_r dy(r, :) for dy (R, N).
 template <class T, class Space>
 void accumulate_column_sums(const Space& exec, TensorArg<const T**, Space> dy, TensorArg<T*, Space> db) {
-  Kokkos::parallel_for("hybridseq::kernels::bias::column_sums", Kokkos::RangePolicy<Space>(exec, 0, dy.extent(1)),
-                       detail::AccumulateColumnSums<T, Space>{dy, db});
+  const std::int64_t rows = dy.extent(0), cols = dy.extent(1);
+  if (rows == 0) return;
+  const auto partial = detail::block_partials<T, Space>("hybridseq::kernels::bias::partial", rows, cols);
+  core::parallel_for("hybridseq::kernels::bias::column_sums", exec, partial.extent(0), column_block_rows * cols,
+                     detail::BlockColumnSums<T, Space>{dy, partial});
+  detail::combine_blocks<T>(exec, partial, db);
 }
 
 }  // namespace hybridseq::kernels

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "../core/parallel.hpp"
 #include "../core/spaces.hpp"
 #include "../core/workspace.hpp"
 #include "gemm.hpp"
@@ -121,8 +122,8 @@ void lm_head_cross_entropy_backward(const Space& exec, core::Workspace<Space>& w
     auto xc = Kokkos::subview(x, span, Kokkos::ALL);
     auto lc = Kokkos::subview(logits, Kokkos::make_pair(std::int64_t(0), rows), Kokkos::ALL);
     gemm(exec, Op::none, Op::transpose, T(1), xc, w, T(0), lc);
-    Kokkos::parallel_for("hybridseq::kernels::cross_entropy::backward", Kokkos::RangePolicy<Space>(exec, 0, rows),
-                         detail::CrossEntropyGrad<T, Space>{lc, targets, lse, begin, ignore_index, scale});
+    core::parallel_for("hybridseq::kernels::cross_entropy::backward", exec, rows, 4 * v,
+                       detail::CrossEntropyGrad<T, Space>{lc, targets, lse, begin, ignore_index, scale});
     gemm(exec, Op::none, Op::none, T(1), lc, w, T(1), Kokkos::subview(dx, span, Kokkos::ALL));
     gemm(exec, Op::transpose, Op::none, T(1), lc, xc, T(1), dw);
   }

@@ -3,12 +3,14 @@
 /// RMSNorm and LayerNorm over the last dimension of a (R, D) matrix, forward and backward.
 ///
 /// Forward saves one or two scalars per row (rstd, mean) so backward does not keep x̂.
-/// Parameter gradients are reduced per column over rows (one thread per column), which is
-/// race-free and deterministic: the same gradients, bit for bit, at any thread count.
+/// Parameter gradients are reduced over rows by row blocks (kernels/bias.hpp): race-free and
+/// deterministic, the same gradients, bit for bit, at any thread count.
 
 #include <cstdint>
 
+#include "../core/parallel.hpp"
 #include "../core/spaces.hpp"
+#include "bias.hpp"
 
 namespace hybridseq::kernels {
 
@@ -47,15 +49,20 @@ struct RmsNormBackwardInput {
   }
 };
 
+// Row block `block`'s partial of dw = Σ_r dy ⊙ x · rstd(r).
 template <class T, class Space>
 struct RmsNormBackwardWeight {
   Tensor<const T**, Space> x, dy;
   Tensor<const T*, Space> rstd;
-  Tensor<T*, Space> dw;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
-    T acc = 0;
-    for (std::int64_t r = 0; r < std::int64_t(x.extent(0)); ++r) acc += dy(r, j) * x(r, j) * rstd(r);
-    dw(j) += acc;
+  Tensor<T**, Space> partial;  // (blocks, D)
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t block) const {
+    const std::int64_t d = x.extent(1);
+    const RowBlock rows(block, x.extent(0));
+    for (std::int64_t j = 0; j < d; ++j) partial(block, j) = T(0);
+    for (std::int64_t r = rows.begin; r < rows.end; ++r) {
+      const T s = rstd(r);
+      for (std::int64_t j = 0; j < d; ++j) partial(block, j) += dy(r, j) * x(r, j) * s;
+    }
   }
 };
 
@@ -104,19 +111,26 @@ struct LayerNormBackwardInput {
   }
 };
 
+// Row block `block`'s partials of dw = Σ_r dy ⊙ x̂ and db = Σ_r dy.
 template <class T, class Space>
 struct LayerNormBackwardParams {
   Tensor<const T**, Space> x, dy;
   Tensor<const T*, Space> mean, rstd;
-  Tensor<T*, Space> dw, db;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
-    T aw = 0, ab = 0;
-    for (std::int64_t r = 0; r < std::int64_t(x.extent(0)); ++r) {
-      aw += dy(r, j) * (x(r, j) - mean(r)) * rstd(r);
-      ab += dy(r, j);
+  Tensor<T**, Space> partial_w, partial_b;  // (blocks, D)
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t block) const {
+    const std::int64_t d = x.extent(1);
+    const RowBlock rows(block, x.extent(0));
+    for (std::int64_t j = 0; j < d; ++j) {
+      partial_w(block, j) = T(0);
+      partial_b(block, j) = T(0);
     }
-    dw(j) += aw;
-    db(j) += ab;
+    for (std::int64_t r = rows.begin; r < rows.end; ++r) {
+      const T mu = mean(r), s = rstd(r);
+      for (std::int64_t j = 0; j < d; ++j) {
+        partial_w(block, j) += dy(r, j) * (x(r, j) - mu) * s;
+        partial_b(block, j) += dy(r, j);
+      }
+    }
   }
 };
 
@@ -125,26 +139,30 @@ struct LayerNormBackwardParams {
 template <class T, class Space>
 void rmsnorm_forward(const Space& exec, TensorArg<const T**, Space> x, TensorArg<const T*, Space> w, T eps,
                      TensorArg<T**, Space> y, TensorArg<T*, Space> rstd) {
-  Kokkos::parallel_for("hybridseq::kernels::rmsnorm::forward", Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
-                       detail::RmsNormForward<T, Space>{x, w, y, rstd, eps});
+  core::parallel_for("hybridseq::kernels::rmsnorm::forward", exec, x.extent(0), 3 * x.extent(1),
+                     detail::RmsNormForward<T, Space>{x, w, y, rstd, eps});
 }
 
 template <class T, class Space>
 void rmsnorm_backward(const Space& exec, TensorArg<const T**, Space> x, TensorArg<const T*, Space> w,
                       TensorArg<const T*, Space> rstd, TensorArg<const T**, Space> dy, TensorArg<T**, Space> dx,
                       TensorArg<T*, Space> dw) {
-  Kokkos::parallel_for("hybridseq::kernels::rmsnorm::backward_input", Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
-                       detail::RmsNormBackwardInput<T, Space>{x, dy, w, rstd, dx});
-  Kokkos::parallel_for("hybridseq::kernels::rmsnorm::backward_weight", Kokkos::RangePolicy<Space>(exec, 0, x.extent(1)),
-                       detail::RmsNormBackwardWeight<T, Space>{x, dy, rstd, dw});
+  const std::int64_t rows = x.extent(0), d = x.extent(1);
+  core::parallel_for("hybridseq::kernels::rmsnorm::backward_input", exec, rows, 4 * d,
+                     detail::RmsNormBackwardInput<T, Space>{x, dy, w, rstd, dx});
+  if (rows == 0) return;
+  const auto partial = detail::block_partials<T, Space>("hybridseq::kernels::rmsnorm::partial", rows, d);
+  core::parallel_for("hybridseq::kernels::rmsnorm::backward_weight", exec, partial.extent(0), column_block_rows * d,
+                     detail::RmsNormBackwardWeight<T, Space>{x, dy, rstd, partial});
+  detail::combine_blocks<T>(exec, partial, dw);
 }
 
 template <class T, class Space>
 void layernorm_forward(const Space& exec, TensorArg<const T**, Space> x, TensorArg<const T*, Space> w,
                        TensorArg<const T*, Space> b, T eps, TensorArg<T**, Space> y, TensorArg<T*, Space> mean,
                        TensorArg<T*, Space> rstd) {
-  Kokkos::parallel_for("hybridseq::kernels::layernorm::forward", Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
-                       detail::LayerNormForward<T, Space>{x, w, b, y, mean, rstd, eps});
+  core::parallel_for("hybridseq::kernels::layernorm::forward", exec, x.extent(0), 4 * x.extent(1),
+                     detail::LayerNormForward<T, Space>{x, w, b, y, mean, rstd, eps});
 }
 
 template <class T, class Space>
@@ -152,12 +170,17 @@ void layernorm_backward(const Space& exec, TensorArg<const T**, Space> x, Tensor
                         TensorArg<const T*, Space> mean, TensorArg<const T*, Space> rstd,
                         TensorArg<const T**, Space> dy, TensorArg<T**, Space> dx, TensorArg<T*, Space> dw,
                         TensorArg<T*, Space> db) {
-  Kokkos::parallel_for("hybridseq::kernels::layernorm::backward_input",
-                       Kokkos::RangePolicy<Space>(exec, 0, x.extent(0)),
-                       detail::LayerNormBackwardInput<T, Space>{x, dy, w, mean, rstd, dx});
-  Kokkos::parallel_for("hybridseq::kernels::layernorm::backward_params",
-                       Kokkos::RangePolicy<Space>(exec, 0, x.extent(1)),
-                       detail::LayerNormBackwardParams<T, Space>{x, dy, mean, rstd, dw, db});
+  const std::int64_t rows = x.extent(0), d = x.extent(1);
+  core::parallel_for("hybridseq::kernels::layernorm::backward_input", exec, rows, 5 * d,
+                     detail::LayerNormBackwardInput<T, Space>{x, dy, w, mean, rstd, dx});
+  if (rows == 0) return;
+  const auto partial_w = detail::block_partials<T, Space>("hybridseq::kernels::layernorm::partial_w", rows, d);
+  const auto partial_b = detail::block_partials<T, Space>("hybridseq::kernels::layernorm::partial_b", rows, d);
+  core::parallel_for("hybridseq::kernels::layernorm::backward_params", exec, partial_w.extent(0),
+                     column_block_rows * 2 * d,
+                     detail::LayerNormBackwardParams<T, Space>{x, dy, mean, rstd, partial_w, partial_b});
+  detail::combine_blocks<T>(exec, partial_w, dw);
+  detail::combine_blocks<T>(exec, partial_b, db);
 }
 
 }  // namespace hybridseq::kernels

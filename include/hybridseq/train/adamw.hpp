@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../core/parallel.hpp"
 #include "../core/parameter.hpp"
 
 namespace hybridseq::train {
@@ -91,8 +92,8 @@ class AdamW {
       const auto& s = states_[k++];
       const bool decayed = options_.decay_scope == DecayScope::all || core::decays(p.role());
       const float decay = decayed ? static_cast<float>(options_.weight_decay) : 0.0f;
-      Kokkos::parallel_for(
-          "hybridseq::train::AdamW::step", Kokkos::RangePolicy<Space>(0, p.numel()),
+      core::parallel_for(
+          "hybridseq::train::AdamW::step", Space{}, p.numel(), 4,
           detail::AdamWUpdate<T, Space>{p.value(), p.grad(), s.m, s.v, float(options_.beta1), float(options_.beta2),
                                         float(options_.eps), float(lr), decay, c1, c2});
     });

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "../core/error.hpp"
+#include "../core/parallel.hpp"
 #include "../core/parameter.hpp"
 
 namespace hybridseq::train {
@@ -16,8 +17,8 @@ namespace detail {
 template <class Grad>
 double squared_norm(const Grad& g) {
   double s = 0;
-  Kokkos::parallel_reduce(
-      "hybridseq::train::gradient_norm", Kokkos::RangePolicy<typename Grad::execution_space>(0, g.extent(0)),
+  core::parallel_sum(
+      "hybridseq::train::gradient_norm", typename Grad::execution_space{}, g.extent(0), 1,
       KOKKOS_LAMBDA(const std::int64_t i, double& acc) { acc += double(g(i)) * double(g(i)); }, s);
   return s;
 }
@@ -25,8 +26,8 @@ double squared_norm(const Grad& g) {
 template <class Grad>
 void scale(const Grad& g, double by) {
   const auto factor = typename Grad::non_const_value_type(by);
-  Kokkos::parallel_for(
-      "hybridseq::train::clip_gradient_norm", Kokkos::RangePolicy<typename Grad::execution_space>(0, g.extent(0)),
+  core::parallel_for(
+      "hybridseq::train::clip_gradient_norm", typename Grad::execution_space{}, g.extent(0), 1,
       KOKKOS_LAMBDA(const std::int64_t i) { g(i) *= factor; });
 }
 }  // namespace detail
