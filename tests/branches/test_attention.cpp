@@ -124,6 +124,20 @@ inline core::DropoutMask dropout_mask(double p, std::uint64_t pass) {
 /// host kernel on Serial and OpenMP), or the team kernel that device spaces get.
 enum class Kernel { dispatched, team };
 
+/// The kernel's ∂L/∂α partials (per batch, head and query tile), summed per head, against the
+/// oracle's per-head values.
+template <class T>
+double dalpha_error(const Packed<T>& tiled, const std::vector<long double>& dalpha, std::int64_t batch, int heads,
+                    std::int64_t tq) {
+  std::vector<double> per_head(heads, 0.0), want(heads);
+  const auto nq = att::query_tiles(tq);
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (int h = 0; h < heads; ++h)
+      for (std::int64_t t = 0; t < nq; ++t) per_head[h] += tiled.dalpha[(b * heads + h) * nq + t];
+  for (int h = 0; h < heads; ++h) want[h] = double(dalpha[h]);
+  return max_rel(per_head, want);
+}
+
 template <class Scheme, class Space, Kernel kernel = Kernel::dispatched>
 void check_against_oracle(std::int64_t batch, std::int64_t n, int heads, int kv_heads, int dh, double p = 0) {
   const std::int64_t tq = Scheme::query_count(n);
@@ -147,13 +161,7 @@ void check_against_oracle(std::int64_t batch, std::int64_t n, int heads, int kv_
   CHECK(max_rel(tiled.o, ref.o) < 1e-12);
   CHECK(max_rel(tiled.lse, ref.lse) < 1e-12);
   CHECK(max_rel(tiled.dqkv, ref.dqkv) < 1e-11);
-  std::vector<double> per_head(heads, 0.0), want(heads);
-  const auto nq = att::query_tiles(tq);
-  for (std::int64_t b = 0; b < batch; ++b)
-    for (int h = 0; h < heads; ++h)
-      for (std::int64_t t = 0; t < nq; ++t) per_head[h] += tiled.dalpha[(b * heads + h) * nq + t];
-  for (int h = 0; h < heads; ++h) want[h] = double(dalpha[h]);
-  CHECK(max_rel(per_head, want) < 1e-11);
+  CHECK(dalpha_error(tiled, dalpha, batch, heads, tq) < 1e-11);
 }
 
 /// The float kernel (each ISA copy runs this) against the double oracle on the same
@@ -181,13 +189,7 @@ void check_float_against_oracle(std::int64_t batch, std::int64_t n, int heads, i
   CHECK(max_rel(tiled.o, ref.o) < 1e-5);
   CHECK(max_rel(tiled.lse, ref.lse) < 1e-5);
   CHECK(max_rel(tiled.dqkv, ref.dqkv) < 3e-5);
-  std::vector<double> per_head(heads, 0.0), want(heads);
-  const auto nq = att::query_tiles(tq);
-  for (std::int64_t b = 0; b < batch; ++b)
-    for (int h = 0; h < heads; ++h)
-      for (std::int64_t t = 0; t < nq; ++t) per_head[h] += tiled.dalpha[(b * heads + h) * nq + t];
-  for (int h = 0; h < heads; ++h) want[h] = double(dalpha[h]);
-  CHECK(max_rel(per_head, want) < 3e-5);
+  CHECK(dalpha_error(tiled, dalpha, batch, heads, tq) < 3e-5);
   Packed<float> again = tiled;
   again.template run_on<Space>(run);
   CHECK(again.o == tiled.o);

@@ -189,6 +189,21 @@ struct Emitted {
   std::string cpp;
 };
 
+/// head_dim, by default d / heads; refuses heads that do not divide d unless head_dim is given.
+inline int split_head_dim(Reader& r, int d, int heads, const std::string& why) {
+  if (d % heads != 0 && !r.has("head_dim"))
+    refuse(r.at("heads"),
+           std::to_string(heads) + " does not divide d = " + std::to_string(d) + " (" + why + "; or give head_dim)");
+  return r.integer("head_dim", 1, max_width, d / heads);
+}
+
+/// The model's "block" object, required.
+inline Reader block_reader(Reader& top, const std::string& example) {
+  const json* block = top.raw("block");
+  if (!block) refuse(top.at("block"), "missing (expected the block's widths, e.g. " + example + ")");
+  return Reader(*block, top.at("block"));
+}
+
 /// {"layer": "mamba", ...}: Cooper et al.'s SSM layer x + Mamba(RMSNorm(x)); the defaults are
 /// theirs (d_state 1, expand 2, conv 4, dt_rank ⌈d/16⌉).
 inline Emitted mamba_layer(Reader& r, const std::string& T) {
@@ -212,10 +227,8 @@ inline Emitted neox_layer(Reader& r, const std::string& T) {
   const int d = r.integer("d", 1, max_width, std::nullopt);
   const int heads = r.integer("heads", 1, 1024, 1);
   const std::string merge = r.choice("merge", {"sum", "concat"}, "sum");
-  if (merge == "concat" && d % heads != 0 && !r.has("head_dim"))
-    refuse(r.at("heads"), std::to_string(heads) + " does not divide d = " + std::to_string(d) +
-                              " (merge 'concat' splits the width over the heads; or give head_dim)");
-  const int head_dim = r.integer("head_dim", 1, max_width, merge == "sum" ? d : d / heads);
+  const int head_dim = merge == "sum" ? r.integer("head_dim", 1, max_width, d)
+                                      : split_head_dim(r, d, heads, "merge 'concat' splits the width over the heads");
   const double rotary = r.number("rotary", 0, 1, false, 0.25);
   const int mlp = r.integer("mlp", 1, max_width * 16, 2 * d);
   const int window = r.integer("window", 0, 1 << 24, 20);
@@ -263,19 +276,14 @@ inline std::string stack_model(Reader& top, const std::string& T) {
 /// {"model": "pha", "block": {...}}: PHA's widths (models::PhaShape; the defaults are the
 /// paper's, models::pha_shape), its branch list and its layout (models::PhaLayout).
 inline std::string pha_model(Reader& top, const std::string& T) {
-  const json* block = top.raw("block");
-  if (!block) refuse(top.at("block"), "missing (expected the PHA block's widths, e.g. {\"d\": 8, \"heads\": 2})");
-  Reader r(*block, top.at("block"));
+  Reader r = block_reader(top, R"({"d": 8, "heads": 2})");
   const int d = r.integer("d", 1, max_width, std::nullopt);
   const int heads = r.integer("heads", 1, 1024, 2);
   const int kv_heads = r.integer("kv_heads", 1, 1024, 1);
   if (heads % kv_heads != 0)
     refuse(r.at("kv_heads"), std::to_string(kv_heads) + " does not divide heads = " + std::to_string(heads) +
                                  " (grouped-query attention shares each KV head among a group of query heads)");
-  if (d % heads != 0 && !r.has("head_dim"))
-    refuse(r.at("heads"), std::to_string(heads) + " does not divide d = " + std::to_string(d) +
-                              " (the heads split the width; or give head_dim)");
-  const int head_dim = r.integer("head_dim", 1, max_width, d / heads);
+  const int head_dim = split_head_dim(r, d, heads, "the heads split the width");
   const int gate = r.integer("gss_gate", 1, max_width * 16, 4 * d);
   const int ssm = r.integer("gss_ssm", 1, max_width, 256);
   const int state = r.integer("gss_state", 1, max_width, 512);
@@ -338,15 +346,10 @@ inline std::string pha_model(Reader& top, const std::string& T) {
 
 /// {"model": "ecp", "block": {...}}: the ECP Transformer (models::EcpShape), clean or faithful.
 inline std::string ecp_model(Reader& top, const std::string& T) {
-  const json* block = top.raw("block");
-  if (!block) refuse(top.at("block"), "missing (expected the ECP block's widths, e.g. {\"d\": 64, \"segment\": 32})");
-  Reader r(*block, top.at("block"));
+  Reader r = block_reader(top, R"({"d": 64, "segment": 32})");
   const int d = r.integer("d", 1, max_width, std::nullopt);
   const int heads = r.integer("heads", 1, 1024, 2);
-  if (d % heads != 0 && !r.has("head_dim"))
-    refuse(r.at("heads"), std::to_string(heads) + " does not divide d = " + std::to_string(d) +
-                              " (the heads split the width; or give head_dim)");
-  const int head_dim = r.integer("head_dim", 1, max_width, d / heads);
+  const int head_dim = split_head_dim(r, d, heads, "the heads split the width");
   const int segment = r.integer("segment", 1, 1 << 20, std::nullopt);
   const int ffn = r.integer("ffn", 1, max_width * 16, 4 * d);
   const bool rope = r.boolean("rope", true);
