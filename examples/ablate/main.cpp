@@ -64,10 +64,10 @@ struct Job {
   Build build{};
 };
 
-std::vector<std::string> split(const std::string& s, char sep = ',') {
+std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream in(s);
-  for (std::string item; std::getline(in, item, sep);)
+  for (std::string item; std::getline(in, item, ',');)
     if (!item.empty()) out.push_back(item);
   return out;
 }
@@ -209,14 +209,16 @@ void print_seed_summary(const std::vector<Job>& rows, const std::vector<ArchResu
   }
 }
 
-/// The --eval-lengths list: whole numbers in [1, 2^20], refused with the offending item.
-std::vector<int> parse_lengths(const std::string& list) {
-  std::vector<int> out;
+/// A comma-separated list of whole numbers in [lo, hi] (--eval-lengths, --seeds), refused
+/// with the offending item.
+template <class T>
+std::vector<T> parse_numbers(std::string_view option, const std::string& list, const char* what, T lo, T hi) {
+  std::vector<T> out;
   for (const auto& item : split(list)) {
-    int v = 0;
+    T v = 0;
     const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (ec != std::errc{} || end != item.data() + item.size() || v < 1 || v > (1 << 20))
-      fail<value_error>("--eval-lengths", "'", item, "' is not a length in [1, 1048576]");
+    if (ec != std::errc{} || end != item.data() + item.size() || v < lo || v > hi)
+      fail<value_error>(option, "'", item, "' is not a ", what, " in [", lo, ", ", hi, "]");
     out.push_back(v);
   }
   return out;
@@ -402,10 +404,8 @@ ArchResult run_job(const Job& job, ExperimentConfig c, const std::vector<std::st
   named["name"] = job.name;
   std::vector<std::string> args{job.build.executable.string()};
   args.insert(args.end(), forwarded.begin(), forwarded.end());
-  for (const char* a : {"--arch", "", "--seed", "", "--variant-result", ""}) args.emplace_back(a);
-  args[args.size() - 5] = named.dump();
-  args[args.size() - 3] = std::to_string(job.seed);
-  args[args.size() - 1] = result_path;
+  args.insert(args.end(),
+              {"--arch", named.dump(), "--seed", std::to_string(job.seed), "--variant-result", result_path});
   const int rc = run_process(args);
   std::ifstream in(result_path);
   std::stringstream text;
@@ -448,19 +448,6 @@ std::vector<ArchResult> run_spread(parallel::Mpi& world, const std::vector<Job>&
   return results;
 }
 #endif
-
-std::vector<std::uint64_t> parse_seeds(const std::string& list) {
-  std::vector<std::uint64_t> out;
-  for (const auto& item : split(list)) {
-    std::uint64_t v = 0;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (ec != std::errc{} || end != item.data() + item.size() || v > tools::unbounded<std::uint64_t> - 2)
-      fail<value_error>("--seeds", "'", item, "' is not a seed in [0, ", tools::unbounded<std::uint64_t> - 2, "]");
-    out.push_back(v);
-  }
-  if (out.empty()) fail<value_error>("--seeds", "'", list, "' names no seed");
-  return out;
-}
 
 }  // namespace
 
@@ -572,14 +559,18 @@ int main(int argc, char** argv) {
       oo.rate = ood_rate;
       c.ood_task = tasks::make_task(task_name, oo);
     }
-    c.eval_lengths = parse_lengths(lengths);
+    c.eval_lengths = parse_numbers("--eval-lengths", lengths, "length", 1, 1 << 20);
     c.progress = !quiet;
     c.decay = decay == "linear"     ? train::Schedule::Decay::linear
               : decay == "constant" ? train::Schedule::Decay::constant
                                     : train::Schedule::Decay::cosine;
     const auto reqs = requests(presets, arch_args);
-    auto rows = make_jobs(reqs, parse_grid(grid_args),
-                          seeds_list.empty() ? std::vector<std::uint64_t>{c.seed} : parse_seeds(seeds_list));
+    std::vector<std::uint64_t> seeds{c.seed};
+    if (!seeds_list.empty()) {
+      seeds = parse_numbers<std::uint64_t>("--seeds", seeds_list, "seed", 0, tools::unbounded<std::uint64_t> - 2);
+      if (seeds.empty()) fail<value_error>("--seeds", "'", seeds_list, "' names no seed");
+    }
+    auto rows = make_jobs(reqs, parse_grid(grid_args), seeds);
 #if HYBRIDSEQ_ABLATE_MPI
     std::optional<parallel::Mpi> world;
     if (mpi) world.emplace();

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include <hybridseq/core/error.hpp>
+#include <hybridseq/io/safetensors.hpp>
 
 #include "generate.hpp"
 #include "spec.hpp"
@@ -192,10 +193,7 @@ class VariantCache {
     return s.str();
   }
   static void write(const std::filesystem::path& p, const std::string& text) {
-    std::ofstream out(p, std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) fail<io_error>("hybridseq-ablate", "cannot write ", p.string());
+    io::write_file_durably(p, text, "hybridseq-ablate");
   }
 
   Toolchain tool_;
