@@ -6,14 +6,17 @@
 #include <Kokkos_Core.hpp>
 
 #include "registry.hpp"
+#include "tool_support.hpp"
 
 int main(int argc, char** argv) {
+  hybridseq::tools::restart_for_blas_kernels(argv);
   setenv("OMP_PROC_BIND", "false", 0);  // silences Kokkos' advice on stdout (breaks JSON)
   Kokkos::ScopeGuard kokkos(argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   hybridseq::bench::register_all();
   benchmark::AddCustomContext("kokkos_version", std::to_string(KOKKOS_VERSION));
+  benchmark::AddCustomContext("openblas_kernels", hybridseq::kernels::blas_kernels().running);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -7,7 +7,8 @@
 //  - a SIGINT/SIGTERM flag that the Trainer polls after every step (it then writes its
 //    checkpoint and stops), and the exit status 128 + signal that shells expect;
 //  - a memory estimate measured on the model itself, checked before the real allocation;
-//  - one place that turns any exception into a message and a non-zero exit.
+//  - one place that turns any exception into a message and a non-zero exit;
+//  - a start that makes OpenBLAS use the kernels this CPU runs (restart_for_blas_kernels).
 
 #include <CLI/CLI.hpp>
 
@@ -16,16 +17,19 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <new>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include <hybridseq/core/error.hpp>
 #include <hybridseq/core/workspace.hpp>
 #include <hybridseq/io/safetensors.hpp>
+#include <hybridseq/kernels/gemm.hpp>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -83,6 +87,29 @@ inline void check_output(std::string_view option, const std::filesystem::path& p
 /// Writes a result file durably; io_error (and so a non-zero exit) if any step fails.
 inline void write_output(std::string_view option, const std::filesystem::path& path, std::string_view text) {
   io::write_file_durably(path, text, option);
+}
+
+// ---- the BLAS' kernels ----
+
+/// The first thing a tool's main does. When OpenBLAS runs kernels that leave this CPU's AVX2 or
+/// AVX-512 unused (kernels::blas_kernels: it did not know the CPU model) and the user has not
+/// chosen with OPENBLAS_CORETYPE, starts the program again with OPENBLAS_CORETYPE set: OpenBLAS
+/// reads it only as it loads, before main. Says so on stderr; if the restart fails, says that
+/// and goes on with the slow kernels.
+inline void restart_for_blas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
+  const kernels::BlasKernels blas = kernels::blas_kernels();
+  if (blas.better.empty()) return;
+  std::fprintf(stderr,
+               "hybridseq: OpenBLAS chose its '%s' kernels, which leave this CPU's vector units idle; restarting "
+               "with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE yourself to choose)\n",
+               blas.running.c_str(), blas.better.c_str());
+  std::fflush(stderr);
+  ::setenv("OPENBLAS_CORETYPE", blas.better.c_str(), 1);
+  ::execv("/proc/self/exe", argv);
+  std::fprintf(stderr, "hybridseq: the restart failed (%s); going on with OpenBLAS' '%s' kernels\n",
+               std::generic_category().message(errno).c_str(), blas.running.c_str());
+  ::unsetenv("OPENBLAS_CORETYPE");
 }
 
 // ---- signals ----

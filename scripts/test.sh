@@ -6,7 +6,9 @@
 #   3. configures, builds and runs every test (Serial and OpenMP, goldens, gradient checks,
 #      header self-containment, the installed package from a downstream project, the example),
 #   4. fuzzes the safetensors reader for 30 s (scripts/fuzz.sh: clang + libFuzzer, ASan, UBSan),
-#   5. runs the tests of 3 again with AddressSanitizer + UndefinedBehaviorSanitizer,
+#   5. runs the memory-indexing test families of 3 again (core, io, layers, tasks, attention,
+#      GSS, Mamba: tests/CMakeLists.txt says why these) with AddressSanitizer +
+#      UndefinedBehaviorSanitizer,
 #   6. compiles and links the CUDA configuration's device-critical binaries (scripts/build-kokkos.sh
 #      --cuda; HYBRIDSEQ_CUDA=ON) and checks ptxas' figures of the attention kernels; where nvcc
 #      is missing this step says so and is skipped. Nothing runs on a GPU here.
@@ -40,9 +42,9 @@ bash scripts/fuzz.sh 30
 if ((sanitize)); then
   echo "== hybridseq: tests with AddressSanitizer + UndefinedBehaviorSanitizer =="
   # The bench, header checks, compile-fail snippets and the example programs add nothing
-  # under sanitizers (the trainer, sessions and models they use are in the test families):
-  # the tests are what runs. -O1 (ASan's advice) and -g1 (line tables: enough for the stack
-  # traces) halve the compile time of the template-heavy tests against -O2 -g.
+  # under sanitizers: the test families are what runs. -O1 (ASan's advice) and -g1 (line
+  # tables: enough for the stack traces) halve the compile time of the template-heavy tests
+  # against -O2 -g.
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     run_config build-sanitize -DHYBRIDSEQ_SANITIZE=ON -DHYBRIDSEQ_BUILD_BENCH=OFF -DHYBRIDSEQ_CHECK_HEADERS=OFF \
       -DHYBRIDSEQ_BUILD_EXAMPLES=OFF -DHYBRIDSEQ_FAIL_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -10,19 +10,26 @@
 /// "2 threads" measure what they say. Non-host spaces take a plain Kokkos kernel for now;
 /// this is the one place where cuBLAS or KokkosKernels would be plugged in.
 
+#include <algorithm>
+#include <array>
+#include <cctype>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include <Eigen/Core>
 
 #include "../core/check.hpp"
 #include "../core/spaces.hpp"
+#include "isa.hpp"
 
 #if defined(HYBRIDSEQ_WITH_BLAS)
 extern "C" {
 #include <cblas.h>
 // Declared here rather than relying on OpenBLAS' cblas.h, which not every cblas.h is.
 void openblas_set_num_threads(int);
+// Weak: null when the BLAS the program runs with is not OpenBLAS.
+[[gnu::weak]] char* openblas_get_corename(void);
 }
 #endif
 
@@ -37,6 +44,35 @@ using MatrixIn =
 template <class T, class Space>
 using MatrixOut =
     Kokkos::View<T**, Kokkos::LayoutRight, typename Space::memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+/// The kernels the host BLAS runs, against those the CPU could run. OpenBLAS chooses its
+/// kernels once, as it loads, from the CPU models it knew when it was released; on a newer
+/// model it falls back to its oldest x86-64 kernels (Debian 12's OpenBLAS 0.3.21 on an Emerald
+/// Rapids CPU runs "Prescott", SSE3). Its environment variable OPENBLAS_CORETYPE overrides the
+/// choice, and is read only at that load: a process that finds `better` set can only apply it
+/// by starting again (the tools do, see examples/tool_support.hpp).
+struct BlasKernels {
+  std::string running;  ///< OpenBLAS' core name; empty when the BLAS is not OpenBLAS (or none)
+  std::string better;   ///< an OPENBLAS_CORETYPE whose kernels use this CPU's AVX2 or AVX-512
+                        ///< while `running`'s do not; empty when there is nothing to gain
+};
+
+inline BlasKernels blas_kernels() {
+  BlasKernels k;
+#if defined(HYBRIDSEQ_WITH_BLAS)
+  if (openblas_get_corename == nullptr) return k;
+  k.running = openblas_get_corename();
+  // OpenBLAS' x86-64 cores whose single-precision GEMM kernels use AVX2 + FMA or AVX-512.
+  static constexpr std::array<const char*, 6> vector_cores{"haswell",        "zen",      "skylakex", "cooperlake",
+                                                           "sapphirerapids", "excavator"};
+  std::string lower = k.running;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+  const bool vectorised = std::find(vector_cores.begin(), vector_cores.end(), lower) != vector_cores.end();
+  const Isa isa = detail::detected_isa();
+  if (!vectorised && !k.running.empty() && isa != Isa::baseline) k.better = isa == Isa::avx512 ? "SkylakeX" : "Haswell";
+#endif
+  return k;
+}
 
 namespace detail {
 
