@@ -16,7 +16,9 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   hybridseq::bench::register_all();
   benchmark::AddCustomContext("kokkos_version", std::to_string(KOKKOS_VERSION));
-  benchmark::AddCustomContext("openblas_kernels", hybridseq::kernels::blas_kernels().running);
+  const auto blas = hybridseq::kernels::blas_kernels();
+  benchmark::AddCustomContext("openblas_kernels", blas.running);
+  benchmark::AddCustomContext("openblas_better_kernels", blas.better);  // empty: nothing to gain
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
