@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   hybridseq::bench::register_all();
   benchmark::AddCustomContext("kokkos_version", std::to_string(KOKKOS_VERSION));
+  benchmark::AddCustomContext("host_isa", hybridseq::kernels::isa_name(hybridseq::kernels::host_isa()));
   const auto blas = hybridseq::kernels::blas_kernels();
   benchmark::AddCustomContext("openblas_kernels", blas.running);
   benchmark::AddCustomContext("openblas_better_kernels", blas.better);  // empty: nothing to gain

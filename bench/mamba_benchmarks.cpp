@@ -194,10 +194,7 @@ void register_space() {
       ->UseRealTime();
 }
 
-const Registration registration([] {
-  benchmark::AddCustomContext("selective_scan_isa", kernels::selective_scan_isa());
-  for_each_host_space([]<class Space>() { register_space<Space>(); });
-});
+const Registration registration([] { for_each_host_space([]<class Space>() { register_space<Space>(); }); });
 
 }  // namespace
 }  // namespace hybridseq::bench

@@ -1,4 +1,4 @@
-# Warning and sanitizer flags for the project's own translation units (tests, bench,
+# Warning, sanitizer and target-CPU flags for the project's own translation units (tests, bench,
 # examples). Kokkos/Eigen/Boost come in as system includes, so -Werror judges only our code.
 add_library(hybridseq_warnings INTERFACE)
 target_compile_options(hybridseq_warnings INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Werror>)
@@ -10,4 +10,8 @@ if(HYBRIDSEQ_SANITIZE)
   target_compile_options(hybridseq_warnings INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
                                                       -fno-sanitize-recover=undefined -Wno-maybe-uninitialized)
   target_link_options(hybridseq_warnings INTERFACE -fsanitize=address,undefined)
+endif()
+if(HYBRIDSEQ_NATIVE)
+  # Binaries built this way run only on CPUs with this one's instruction sets.
+  target_compile_options(hybridseq_warnings INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
 endif()

@@ -17,6 +17,7 @@
 
 #include <hybridseq/hybridseq.hpp>
 
+#include "text_lm_models.hpp"
 #include "tool_support.hpp"
 #include <nlohmann/json.hpp>
 
@@ -24,24 +25,7 @@ using namespace hybridseq;
 
 namespace {
 
-using Space = DefaultSpace;
-constexpr int V = 256, D = 128;
-
-// About 0.9 M parameters each (embedding and head included).
-using Transformer = models::Transformer<V, models::NeoxShape{D, 4, 32, 32, 4 * D}, float, Space>;  // 4 layers
-constexpr models::PhaShape pha_shape{D, 4, 2, 32, 4 * D, 128, 64, 4 * D, D};
-using Pha = models::Pha<V, pha_shape, models::PhaLayout{}, float, Space>;  // 2 blocks
-using PhaSequential =
-    models::Pha<V, pha_shape, models::PhaLayout{.arrangement = models::Arrangement::sequential}, float, Space>;
-// ECP, 4 layers: clean or faithful (papers.md §2), at the segment lengths --segment offers.
-// (A class rather than an alias template: nvcc mis-emits alias templates of class constants.)
-template <int Segment, bool Faithful>
-struct Ecp : models::Ecp<V, models::EcpShape{D, 4, 32, Segment, 4 * D, true, Faithful}, float, Space> {
-  using Base = models::Ecp<V, models::EcpShape{D, 4, 32, Segment, 4 * D, true, Faithful}, float, Space>;
-  using Base::Base;
-};
-// Cross-attention layer + 3 latent layers over the last M = 64 of the 128 positions.
-using PerceiverAr = models::PerceiverAr<V, models::PerceiverArShape{D, 4, 32, /*latents=*/64, 4 * D}, float, Space>;
+using namespace text_lm;
 
 /// Logit rows of a model for T inputs (PerceiverAR: its M latents, the last M positions).
 template <class Model>
@@ -175,7 +159,7 @@ int main(int argc, char** argv) {
   const char* home = std::getenv("HOME");
   c.corpus = data ? std::string(data) + "/kjv.txt" : std::string(home ? home : ".") + "/.cache/hybridseq/data/kjv.txt";
   std::string arch = "transformer", json_path;
-  int segment = 32;
+  int segment = default_segment;
   bool faithful = false;
   using tools::in_range, tools::unbounded;
   app.add_option("--arch", arch, "transformer | pha | pha-seq | ecp | perceiver-ar")->capture_default_str();
@@ -244,21 +228,22 @@ int main(int argc, char** argv) {
                   core::compat::concurrency(Space{}));
     nlohmann::json j;
     if (arch == "transformer")
-      j = run<Transformer>(arch, 4, c, corpus);
+      j = run<Transformer>(arch, transformer_layers, c, corpus);
     else if (arch == "pha")
-      j = run<Pha>(arch, 2, c, corpus);
+      j = run<Pha>(arch, pha_blocks, c, corpus);
     else if (arch == "pha-seq")
-      j = run<PhaSequential>(arch, 2, c, corpus);
+      j = run<PhaSequential>(arch, pha_blocks, c, corpus);
     else if (arch == "ecp") {
       const std::string name = std::string(faithful ? "ecp-faithful" : "ecp") + "[m=" + std::to_string(segment) + "]";
       const auto ecp = [&]<int M>(std::integral_constant<int, M>) {
-        return faithful ? run<Ecp<M, true>>(name, 4, c, corpus) : run<Ecp<M, false>>(name, 4, c, corpus);
+        return faithful ? run<Ecp<M, true>>(name, ecp_layers, c, corpus)
+                        : run<Ecp<M, false>>(name, ecp_layers, c, corpus);
       };
       j = segment == 16   ? ecp(std::integral_constant<int, 16>{})
           : segment == 32 ? ecp(std::integral_constant<int, 32>{})
                           : ecp(std::integral_constant<int, 64>{});
     } else if (arch == "perceiver-ar")
-      j = run<PerceiverAr>(arch, 4, c, corpus);
+      j = run<PerceiverAr>(arch, perceiver_ar_layers, c, corpus);
     else
       fail<config_error>("text_lm", "unknown architecture '", arch, "' (transformer, pha, pha-seq, ecp, perceiver-ar)");
     if (tools::stop_requested()) return 0;  // stopped: the checkpoint holds the run; guarded_main exits 128 + signal

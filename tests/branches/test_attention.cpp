@@ -8,9 +8,9 @@
 
 #include <hybridseq/core/rng.hpp>
 #include <hybridseq/kernels/attention/attention.hpp>
-#include <hybridseq/kernels/isa.hpp>
 #include <hybridseq/kernels/reference/attention.hpp>
 
+#include "support/isa.hpp"
 #include "support/spaces.hpp"
 
 using namespace hybridseq;
@@ -198,18 +198,6 @@ void check_float_against_oracle(std::int64_t batch, std::int64_t n, int heads, i
   CHECK(again.dalpha == tiled.dalpha);
 }
 
-/// Runs `f()` once per ISA copy this machine can run, each forced with kernels::limit_isa.
-template <class F>
-void for_each_isa(F&& f) {
-  const kernels::Isa best = kernels::host_isa();
-  for (auto isa : {kernels::Isa::baseline, kernels::Isa::avx2, kernels::Isa::avx512}) {
-    if (isa > best) break;
-    const kernels::Isa previous = kernels::limit_isa(isa);
-    f();
-    kernels::limit_isa(previous);
-  }
-}
-
 }  // namespace
 
 HYBRIDSEQ_SPACE_TEST_CASE("tiled attention matches the naive oracle for every scheme", "[attention][kernels]") {
@@ -260,7 +248,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("tiled attention in float matches the oracle on every 
                           "[attention][kernels][isa]") {
   using S = TestType;
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename S::memory_space>::accessible) {
-    for_each_isa([] {
+    testing::for_each_isa([] {
       for (std::int64_t n : {1, 7, 64, 70, 130}) {
         check_float_against_oracle<att::Causal, S>(2, n, 4, 2, 16);  // whole AVX-512 vectors
         check_float_against_oracle<att::Causal, S>(1, n, 2, 2, 64);  // the benchmarked head dim

@@ -37,13 +37,11 @@
 /// exp_polynomial is not used: its float-compare clamps keep GCC 12 from vectorising a loop
 /// that calls it under the default -ftrapping-math; the selects here work on integer bits.)
 ///
-/// **Instruction sets.** On x86-64 hosts compiled for the baseline ISA (no -mavx2; this
-/// project's default), the float work items are compiled twice — baseline SSE2 and
-/// AVX2+FMA — and the AVX2 copy is chosen at run time when the CPU has it. The scan is bound
-/// by the exp's arithmetic, which the 8-wide FMA form does in fewer instructions. Builds that
-/// already target AVX2 or wider, other architectures and device compilers get one copy.
-/// `-DHYBRIDSEQ_NO_ISA_DISPATCH` turns the dispatch off; `selective_scan_isa()` says which
-/// copy runs.
+/// **Instruction sets.** The float work items have an AVX2+FMA copy beside the baseline one,
+/// chosen per call from `kernels::host_isa()` (isa.hpp: the library's one dispatch, capped by
+/// `limit_isa`). The scan is bound by the exp's arithmetic, which the 8-wide FMA form does in
+/// fewer instructions; AVX-512 CPUs run the AVX2 copy (the lane blocks are 8 wide). Double keeps
+/// one copy: it is the reference path of the gradient checks.
 
 #include <algorithm>
 #include <cstdint>
@@ -56,14 +54,7 @@
 #include "../core/workspace.hpp"
 #include "activations.hpp"
 #include "exp.hpp"
-
-#if !defined(HYBRIDSEQ_NO_ISA_DISPATCH) && !defined(__CUDACC__) && !defined(__HIPCC__) &&                 \
-    !defined(__SYCL_DEVICE_ONLY__) && defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(__AVX2__)
-#define HYBRIDSEQ_SCAN_ISA_DISPATCH 1
-#else
-#define HYBRIDSEQ_SCAN_ISA_DISPATCH 0
-#endif
+#include "isa.hpp"
 
 // The loops over lanes are the vector loops. Saying so keeps the compiler from vectorising the
 // loop over n around them with transposes instead, which GCC 12 does for some block widths
@@ -158,20 +149,11 @@ constexpr std::int64_t scan_chunks(std::int64_t steps, int chunk) {
 
 namespace detail {
 
-/// True when the AVX2+FMA copy of the float work items can run on this CPU.
-inline bool host_has_avx2_fma() {
-#if HYBRIDSEQ_SCAN_ISA_DISPATCH
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-#else
-  return false;
-#endif
-}
-
 template <class T, class Space>
 bool use_avx2() {
   return std::is_same_v<T, float> &&
-         Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible && host_has_avx2_fma();
+         Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible &&
+         host_isa() >= Isa::avx2;
 }
 
 /// Lane j of a row of channels: read straight from memory in full blocks; padding lanes of the
@@ -236,15 +218,15 @@ struct ScanForward {
   bool avx2;
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
-#if HYBRIDSEQ_SCAN_ISA_DISPATCH
+#if HYBRIDSEQ_ISA_DISPATCH
     if constexpr (std::is_same_v<T, float>)  // double stays on one copy (it is the reference path)
       if (avx2) return run_avx2(item);
 #endif
     run(item);
   }
 
-#if HYBRIDSEQ_SCAN_ISA_DISPATCH
-  [[gnu::target("avx2,fma")]] void run_avx2(const std::int64_t item) const {
+#if HYBRIDSEQ_ISA_DISPATCH
+  [[HYBRIDSEQ_TARGET_AVX2]] void run_avx2(const std::int64_t item) const {
     run(item);
   }
 #endif
@@ -344,7 +326,7 @@ struct ScanBackward {
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t item) const {
     const int id = token.acquire();
-#if HYBRIDSEQ_SCAN_ISA_DISPATCH
+#if HYBRIDSEQ_ISA_DISPATCH
     if constexpr (std::is_same_v<T, float>)
       if (avx2) {
         run_avx2(item, id);
@@ -356,8 +338,8 @@ struct ScanBackward {
     token.release(id);
   }
 
-#if HYBRIDSEQ_SCAN_ISA_DISPATCH
-  [[gnu::target("avx2,fma")]] void run_avx2(const std::int64_t item, int id) const {
+#if HYBRIDSEQ_ISA_DISPATCH
+  [[HYBRIDSEQ_TARGET_AVX2]] void run_avx2(const std::int64_t item, int id) const {
     run(item, id);
   }
 #endif
@@ -570,11 +552,6 @@ void check_scan_inputs(const std::string& api, const U& u, const Dt& dt, const B
 }
 
 }  // namespace detail
-
-/// "avx2+fma" when the float scan runs its AVX2 copy on this machine, otherwise "baseline".
-inline const char* selective_scan_isa() {
-  return detail::host_has_avx2_fma() ? "avx2+fma" : (HYBRIDSEQ_SCAN_ISA_DISPATCH ? "baseline" : "compiler target");
-}
 
 /// The selective scan as portable Kokkos team kernels, for execution spaces whose memory the
 /// host cannot read (Kokkos::Cuda). They run on Serial and OpenMP too (one thread per team),
