@@ -6,7 +6,7 @@
 Needs PyTorch (from PyPI; CI does not run this). For each round and each thread count (1, 2),
 one process of ours (hybridseq-bench, the OpenMP space with OMP_NUM_THREADS threads) and one of
 PyTorch (torch.set_num_threads) run every workload, alternating, so that a neighbour's load
-hits both alike; each side keeps its best round. Then, with a spin loop started on one core
+hits both alike; each side keeps its best round. Then, with a spin loop pinned to one core
 (a "busy neighbour"), the training steps on 2 threads run again, interleaved the same way.
 
 Workloads (float32; PyTorch side as a user who wants speed writes it):
@@ -107,8 +107,9 @@ def run_torch(threads, only=None):
 
 
 def spin_neighbour():
-    """A busy process on one core: a shell loop that never sleeps."""
-    return subprocess.Popen(["sh", "-c", "while :; do :; done"])
+    """A busy process pinned to the last core: a shell loop that never sleeps."""
+    core = max(os.sched_getaffinity(0))
+    return subprocess.Popen(["sh", "-c", "while :; do :; done"], preexec_fn=lambda: os.sched_setaffinity(0, {core}))
 
 
 def best(a, b):

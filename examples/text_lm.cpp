@@ -152,7 +152,7 @@ nlohmann::json run(const std::string& name, int layers, const Config& c, const t
 }  // namespace
 
 int main(int argc, char** argv) {
-  tools::restart_for_blas_kernels(argv);
+  tools::restart_with_runtime_settings(argv);
   CLI::App app{"Byte-level language modelling on the King James Bible"};
   Config c;
   const char* data = std::getenv("HYBRIDSEQ_DATA");

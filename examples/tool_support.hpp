@@ -8,7 +8,8 @@
 //    checkpoint and stops), and the exit status 128 + signal that shells expect;
 //  - a memory estimate measured on the model itself, checked before the real allocation;
 //  - one place that turns any exception into a message and a non-zero exit;
-//  - a start that makes OpenBLAS use the kernels this CPU runs (restart_for_blas_kernels).
+//  - a start that sets what OpenBLAS and libgomp read before main: kernels this CPU runs, a
+//    short spin of idle threads (restart_with_runtime_settings).
 
 #include <CLI/CLI.hpp>
 
@@ -89,27 +90,45 @@ inline void write_output(std::string_view option, const std::filesystem::path& p
   io::write_file_durably(path, text, option);
 }
 
-// ---- the BLAS' kernels ----
+// ---- runtime settings read before main ----
 
-/// The first thing a tool's main does. When OpenBLAS runs kernels that leave this CPU's AVX2 or
-/// AVX-512 unused (kernels::blas_kernels: it did not know the CPU model) and the user has not
-/// chosen with OPENBLAS_CORETYPE, starts the program again with OPENBLAS_CORETYPE set: OpenBLAS
-/// reads it only as it loads, before main. Says so on stderr; if the restart fails, says that
-/// and goes on with the slow kernels.
-inline void restart_for_blas_kernels(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
-  const kernels::BlasKernels blas = kernels::blas_kernels();
-  if (blas.better.empty()) return;
-  std::fprintf(stderr,
-               "hybridseq: OpenBLAS chose its '%s' kernels, which leave this CPU's vector units idle; restarting "
-               "with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE yourself to choose)\n",
-               blas.running.c_str(), blas.better.c_str());
+/// libgomp's spin before an idle thread sleeps, as the tools set it (libgomp's own value when a
+/// process has more threads than CPUs). Its default, 300 000 pauses, keeps a thread that shares
+/// its core with a busy process spinning through that process's time slices, and every
+/// parallel region then waits for it; docs/design.md ("Threads") and docs/results.md have the
+/// measurements.
+inline constexpr const char* tools_gomp_spincount = "1000";
+
+/// The first thing a tool's main does. OpenBLAS and libgomp read their settings only as they
+/// load, before main, so a tool that needs other settings starts itself again with them set,
+/// says so on stderr, and goes on as it was if the restart fails. A setting the user made is
+/// never changed:
+///  - OPENBLAS_CORETYPE, when OpenBLAS runs kernels that leave this CPU's AVX2 or AVX-512 unused
+///    (kernels::blas_kernels: it did not know the CPU model);
+///  - GOMP_SPINCOUNT = tools_gomp_spincount, unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set.
+inline void restart_with_runtime_settings(char** argv) {
+  bool restart = false;
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+    const kernels::BlasKernels blas = kernels::blas_kernels();
+    if (!blas.better.empty()) {
+      std::fprintf(stderr,
+                   "hybridseq: OpenBLAS chose its '%s' kernels, which leave this CPU's vector units idle; restarting "
+                   "with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE yourself to choose)\n",
+                   blas.running.c_str(), blas.better.c_str());
+      ::setenv("OPENBLAS_CORETYPE", blas.better.c_str(), 1);
+      restart = true;
+    }
+  }
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
+    // Quiet: every start without the variables takes this path.
+    ::setenv("GOMP_SPINCOUNT", tools_gomp_spincount, 1);
+    restart = true;
+  }
+  if (!restart) return;
   std::fflush(stderr);
-  ::setenv("OPENBLAS_CORETYPE", blas.better.c_str(), 1);
   ::execv("/proc/self/exe", argv);
-  std::fprintf(stderr, "hybridseq: the restart failed (%s); going on with OpenBLAS' '%s' kernels\n",
-               std::generic_category().message(errno).c_str(), blas.running.c_str());
-  ::unsetenv("OPENBLAS_CORETYPE");
+  std::fprintf(stderr, "hybridseq: the restart with OpenBLAS' and libgomp's settings failed (%s); going on without\n",
+               std::generic_category().message(errno).c_str());
 }
 
 // ---- signals ----

@@ -53,12 +53,14 @@ fi
 echo "== hybridseq: CUDA configuration, compile and link only (no GPU on this machine) =="
 if command -v nvcc >/dev/null; then
   kokkos_cuda=$(bash scripts/build-kokkos.sh --cuda | tail -n 1)
-  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos_cuda" -DHYBRIDSEQ_CUDA=ON >/dev/null
+  cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos_cuda" -DHYBRIDSEQ_CUDA=ON \
+    -DHYBRIDSEQ_CHECK_NCCL=ON >/dev/null
   # A hybrid model's training step (its norms, activations, GEMMs), Trainer and decoding
-  # session on Kokkos::Cuda (quickstart), and the attention and scan test families. The GSS,
-  # layers, models and ECP families compile too (cmake --build build-cuda; models alone takes
-  # ~18 minutes on 2 cores); they are left out of CI for its time budget.
-  cmake --build build-cuda -j "$jobs" --target hybridseq_cuda_ci  # quickstart test_attention test_mamba
+  # session on Kokkos::Cuda (quickstart), the attention and scan test families, and the
+  # trainer over the NCCL backend (nccl_check). The GSS, layers, models and ECP families compile
+  # too (cmake --build build-cuda; models alone takes ~18 minutes on 2 cores); they are left out
+  # of CI for its time budget.
+  cmake --build build-cuda -j "$jobs" --target hybridseq_cuda_ci  # quickstart test_attention test_mamba nccl_check
   # The portable attention kernels and the float scan kernels keep every value in registers:
   # no spills, no stack frame. (The double scan backward at N = 16 spills a little: not checked.)
   bash scripts/cuda-resources.sh check build-cuda 'hybridseq::kernels::attention::team::' 0

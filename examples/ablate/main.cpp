@@ -452,7 +452,7 @@ std::vector<ArchResult> run_spread(parallel::Mpi& world, const std::vector<Job>&
 }  // namespace
 
 int main(int argc, char** argv) {
-  tools::restart_for_blas_kernels(argv);  // before MPI_Init: the restart must not leave a rank behind
+  tools::restart_with_runtime_settings(argv);  // before MPI_Init: the restart must not leave a rank behind
   const bool child = std::getenv(child_marker) != nullptr;
 #if HYBRIDSEQ_ABLATE_MPI
   // Before anything reads argv: MPI_Init may take its own arguments out. A variant run as a
