@@ -26,12 +26,14 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 #include <hybridseq/core/error.hpp>
 #include <hybridseq/core/workspace.hpp>
 #include <hybridseq/io/safetensors.hpp>
 #include <hybridseq/kernels/gemm.hpp>
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -105,30 +107,30 @@ inline constexpr const char* tools_gomp_spincount = "1000";
 /// never changed:
 ///  - OPENBLAS_CORETYPE, when OpenBLAS runs kernels that leave this CPU's AVX2 or AVX-512 unused
 ///    (kernels::blas_kernels: it did not know the CPU model);
-///  - GOMP_SPINCOUNT = tools_gomp_spincount, unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set.
+///  - GOMP_SPINCOUNT = tools_gomp_spincount, when libgomp is in the process and neither
+///    OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set.
 inline void restart_with_runtime_settings(char** argv) {
-  bool restart = false;
+  std::vector<const char*> set;  // what this start sets: taken back if the restart fails
   if (std::getenv("OPENBLAS_CORETYPE") == nullptr) {
     const kernels::BlasKernels blas = kernels::blas_kernels();
-    if (!blas.better.empty()) {
+    if (!blas.better.empty() && ::setenv("OPENBLAS_CORETYPE", blas.better.c_str(), 1) == 0) {
       std::fprintf(stderr,
                    "hybridseq: OpenBLAS chose its '%s' kernels, which leave this CPU's vector units idle; restarting "
                    "with OPENBLAS_CORETYPE=%s (set OPENBLAS_CORETYPE yourself to choose)\n",
                    blas.running.c_str(), blas.better.c_str());
-      ::setenv("OPENBLAS_CORETYPE", blas.better.c_str(), 1);
-      restart = true;
+      set.push_back("OPENBLAS_CORETYPE");
     }
   }
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr) {
-    // Quiet: every start without the variables takes this path.
-    ::setenv("GOMP_SPINCOUNT", tools_gomp_spincount, 1);
-    restart = true;
-  }
-  if (!restart) return;
+  const bool libgomp = ::dlsym(RTLD_DEFAULT, "GOMP_parallel") != nullptr;
+  if (libgomp && std::getenv("OMP_WAIT_POLICY") == nullptr && std::getenv("GOMP_SPINCOUNT") == nullptr &&
+      ::setenv("GOMP_SPINCOUNT", tools_gomp_spincount, 1) == 0)
+    set.push_back("GOMP_SPINCOUNT");  // quiet: every start without the variables takes this path
+  if (set.empty()) return;
   std::fflush(stderr);
   ::execv("/proc/self/exe", argv);
   std::fprintf(stderr, "hybridseq: the restart with OpenBLAS' and libgomp's settings failed (%s); going on without\n",
                std::generic_category().message(errno).c_str());
+  for (const char* name : set) ::unsetenv(name);
 }
 
 // ---- signals ----

@@ -240,7 +240,7 @@ std::string shape_name(int b, int t, int di, int n, int chunk) {
 // Vectorisable float maths
 // ---------------------------------------------------------------------------------------------
 
-TEST_CASE("exp2_polynomial and exp_cody_waite are within a few ulp", "[mamba][host]") {
+TEST_CASE("exp2, exp, softplus and sigmoid polynomials are within a few ulp", "[mamba][host]") {
   auto ulp_error = [](float got, double exact) {
     const float e = static_cast<float>(exact);
     const double ulp = double(std::nextafter(e, std::numeric_limits<float>::infinity())) - double(e);
@@ -263,22 +263,40 @@ TEST_CASE("exp2_polynomial and exp_cody_waite are within a few ulp", "[mamba][ho
   CHECK(kernels::exp2_polynomial(-std::numeric_limits<float>::infinity()) == 0.0f);
   CHECK(kernels::exp_cody_waite(-100.0f) == 0.0f);
 
-  // softplus / sigmoid of the float path against libm in double, relative error.
-  double sp = 0, sg = 0;
+  // softplus and sigmoid polynomials (the scan's, Mamba's SiLU and every float SiLU/softplus
+  // activation) against libm in double: relative error and ulps.
+  using Silu = kernels::ActivationFn<kernels::Activation::silu>;
+  using Softplus = kernels::ActivationFn<kernels::Activation::softplus>;
+  double sp = 0, sg = 0, sp_ulp = 0, sg_ulp = 0, silu = 0;
   for (double v = -40; v <= 40; v += 1.0 / 256) {
     const float f = float(v);
     const double exact_sp = std::log1p(std::exp(double(f)));
     const double exact_sg = 1 / (1 + std::exp(-double(f)));
-    sp = std::max(sp, std::abs(kernels::ScanMath<float>::softplus(f) - exact_sp) / exact_sp);
-    sg = std::max(sg, std::abs(kernels::ScanMath<float>::sigmoid(f) - exact_sg) / exact_sg);
+    sp = std::max(sp, std::abs(kernels::softplus_polynomial(f) - exact_sp) / exact_sp);
+    sg = std::max(sg, std::abs(kernels::sigmoid_polynomial(f) - exact_sg) / exact_sg);
+    sp_ulp = std::max(sp_ulp, ulp_error(kernels::softplus_polynomial(f), exact_sp));
+    sg_ulp = std::max(sg_ulp, ulp_error(kernels::sigmoid_polynomial(f), exact_sg));
+    silu = std::max(silu, std::abs(double(Silu::value(f)) - Silu::value(double(f))) /
+                              std::max(1e-30, std::abs(Silu::value(double(f)))));
     float s1 = 0, s2 = 0;
-    kernels::ScanMath<float>::softplus_and_sigmoid(f, s1, s2);
-    CHECK(s1 == kernels::ScanMath<float>::softplus(f));
-    CHECK(s2 == kernels::ScanMath<float>::sigmoid(f));
+    kernels::softplus_and_sigmoid_polynomial(f, s1, s2);
+    CHECK(s1 == kernels::softplus_polynomial(f));
+    CHECK(s2 == kernels::sigmoid_polynomial(f));
+    CHECK(Softplus::value(f) == s1);
+    CHECK(Softplus::derivative(f) == s2);
+    CHECK(kernels::ScanMath<float>::softplus(f) == s1);
   }
-  INFO("softplus worst relative error " << sp << ", sigmoid " << sg);
+  INFO("softplus worst " << sp << " relative (" << sp_ulp << " ulp), sigmoid " << sg << " (" << sg_ulp
+                         << " ulp), float SiLU " << silu);
   CHECK(sp <= 4e-7);
   CHECK(sg <= 4e-7);
+  CHECK(silu <= 5e-7);
+  testing::report("softplus_polynomial_max_ulp", "softplus", "host", sp_ulp);
+  testing::report("sigmoid_polynomial_max_ulp", "sigmoid", "host", sg_ulp);
+  CHECK(Softplus::value(30.0f) == 30.0f);  // PyTorch's linear region above 20
+  CHECK(Softplus::value(-100.0f) == 0.0f);
+  CHECK(kernels::sigmoid_polynomial(-100.0f) == 0.0f);
+  CHECK(kernels::sigmoid_polynomial(100.0f) == 1.0f);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -80,11 +80,16 @@ struct ActivationFn<Activation::gelu_tanh> {
   }
 };
 
+/// SiLU and softplus: float takes the branch-free polynomials of kernels/exp.hpp (libm's expf
+/// and log1pf are scalar calls that keep a loop from vectorising); double keeps libm.
 template <>
 struct ActivationFn<Activation::silu> {
   template <class T>
   KOKKOS_FORCEINLINE_FUNCTION static T sigmoid(T x) {
-    return T(1) / (T(1) + math::exp(-x));
+    if constexpr (std::is_same_v<T, float>)
+      return sigmoid_polynomial(x);
+    else
+      return x >= T(0) ? T(1) / (T(1) + math::exp(-x)) : math::exp(x) / (T(1) + math::exp(x));
   }
   template <class T>
   KOKKOS_FORCEINLINE_FUNCTION static T value(T x) {
@@ -102,11 +107,17 @@ struct ActivationFn<Activation::softplus> {
   static constexpr double threshold = 20;  // PyTorch's default: linear above it
   template <class T>
   KOKKOS_FORCEINLINE_FUNCTION static T value(T x) {
-    return x > T(threshold) ? x : math::log1p(math::exp(x));
+    if constexpr (std::is_same_v<T, float>)
+      return softplus_polynomial(x);  // = x above the threshold, in float
+    else
+      return x > T(threshold) ? x : math::log1p(math::exp(x));
   }
   template <class T>
   KOKKOS_FORCEINLINE_FUNCTION static T derivative(T x) {
-    return x > T(threshold) ? T(1) : T(1) / (T(1) + math::exp(-x));
+    if constexpr (std::is_same_v<T, float>)
+      return sigmoid_polynomial(x);  // PyTorch's 1 above the threshold is σ(x) rounded to float
+    else
+      return x > T(threshold) ? T(1) : T(1) / (T(1) + math::exp(-x));
   }
 };
 

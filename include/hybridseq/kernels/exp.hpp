@@ -123,6 +123,35 @@ KOKKOS_FORCEINLINE_FUNCTION float normal_cdf_polynomial(float x) {
                             (detail::float_bits(1.0f - half_erfc) & ~negative));
 }
 
+/// σ(v) = 1 / (1 + e^−v) for float v, branch-free: (v ≥ 0 ? 1 : e) / (1 + e) with e = e^−|v|,
+/// so nothing overflows and v ≪ 0 keeps its relative accuracy. The select is on the sign bit.
+KOKKOS_FORCEINLINE_FUNCTION float sigmoid_polynomial(float v) {
+  const std::uint32_t vb = detail::float_bits(v);
+  const float e = exp_cody_waite(detail::bits_float(vb | 0x80000000u));  // e^−|v|
+  const std::uint32_t negative = static_cast<std::uint32_t>(static_cast<std::int32_t>(vb) >> 31);
+  const float num = detail::bits_float((detail::float_bits(1.0f) & ~negative) | (detail::float_bits(e) & negative));
+  return num / (1.0f + e);
+}
+
+/// softplus(v) = log(1 + e^v) = max(v, 0) + log1p(e^−|v|) for float v, branch-free
+/// ((v + |v|)/2 is max(v, 0) exactly). Above v = 20 it equals v in float, as PyTorch's
+/// threshold makes it.
+KOKKOS_FORCEINLINE_FUNCTION float softplus_polynomial(float v) {
+  const float a = detail::bits_float(detail::float_bits(v) & 0x7fffffffu);  // |v|
+  return 0.5f * (v + a) + log1p_polynomial(exp_cody_waite(-a));
+}
+
+/// softplus(v) and its derivative σ(v), sharing e^−|v| (the selective scan needs both).
+KOKKOS_FORCEINLINE_FUNCTION void softplus_and_sigmoid_polynomial(float v, float& sp, float& sig) {
+  const std::uint32_t vb = detail::float_bits(v);
+  const float a = detail::bits_float(vb & 0x7fffffffu);
+  const float e = exp_cody_waite(-a);
+  sp = 0.5f * (v + a) + log1p_polynomial(e);
+  const std::uint32_t negative = static_cast<std::uint32_t>(static_cast<std::int32_t>(vb) >> 31);
+  const float num = detail::bits_float((detail::float_bits(1.0f) & ~negative) | (detail::float_bits(e) & negative));
+  sig = num / (1.0f + e);
+}
+
 /// e^x in inner loops: the branch-free polynomial for float, libm for double.
 KOKKOS_FORCEINLINE_FUNCTION float exp_in_loop(float x) {
   return exp_cody_waite(x);

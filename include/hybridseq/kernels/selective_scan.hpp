@@ -83,29 +83,10 @@ struct ScanMath<float> {
   static constexpr float decay_scale = log2e;
   KOKKOS_FORCEINLINE_FUNCTION static float decay(float scaled) { return exp2_polynomial(scaled); }
   KOKKOS_FORCEINLINE_FUNCTION static float exp(float x) { return exp_cody_waite(x); }
-  /// softplus(v) = max(v, 0) + log1p(e^−|v|); (v + |v|)/2 is max(v, 0) exactly, without a select.
-  KOKKOS_FORCEINLINE_FUNCTION static float softplus(float v) {
-    const float a = detail::bits_float(detail::float_bits(v) & 0x7fffffffu);  // |v|
-    return 0.5f * (v + a) + log1p_polynomial(exp_cody_waite(-a));
-  }
-  /// σ(v) = (v ≥ 0 ? 1 : e) / (1 + e), e = e^−|v|: no overflow, full relative accuracy for
-  /// v ≪ 0. The select is on the sign bit, so it vectorises.
-  KOKKOS_FORCEINLINE_FUNCTION static float sigmoid(float v) {
-    const std::uint32_t vb = detail::float_bits(v);
-    const float e = exp_cody_waite(detail::bits_float(vb | 0x80000000u));  // e^−|v|
-    const std::uint32_t negative = static_cast<std::uint32_t>(static_cast<std::int32_t>(vb) >> 31);
-    const float num = detail::bits_float((detail::float_bits(1.0f) & ~negative) | (detail::float_bits(e) & negative));
-    return num / (1.0f + e);
-  }
-  /// softplus and its derivative σ share e^−|v|.
+  KOKKOS_FORCEINLINE_FUNCTION static float softplus(float v) { return softplus_polynomial(v); }
+  KOKKOS_FORCEINLINE_FUNCTION static float sigmoid(float v) { return sigmoid_polynomial(v); }
   KOKKOS_FORCEINLINE_FUNCTION static void softplus_and_sigmoid(float v, float& sp, float& sig) {
-    const std::uint32_t vb = detail::float_bits(v);
-    const float a = detail::bits_float(vb & 0x7fffffffu);
-    const float e = exp_cody_waite(-a);
-    sp = 0.5f * (v + a) + log1p_polynomial(e);
-    const std::uint32_t negative = static_cast<std::uint32_t>(static_cast<std::int32_t>(vb) >> 31);
-    const float num = detail::bits_float((detail::float_bits(1.0f) & ~negative) | (detail::float_bits(e) & negative));
-    sig = num / (1.0f + e);
+    softplus_and_sigmoid_polynomial(v, sp, sig);
   }
 };
 

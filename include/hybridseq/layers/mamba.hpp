@@ -50,20 +50,9 @@ constexpr int mamba_dt_rank(const MambaShape& s) {
 
 namespace detail {
 
-/// SiLU through the scan's maths: the branch-free polynomial sigmoid for float (the gates and
-/// the conv activation touch B·T·Di values, as many as the scan has channels·steps), libm for
-/// double.
-struct MambaSilu {
-  template <class T>
-  KOKKOS_FORCEINLINE_FUNCTION static T value(T v) {
-    return v * kernels::ScanMath<T>::sigmoid(v);
-  }
-  template <class T>
-  KOKKOS_FORCEINLINE_FUNCTION static T derivative(T v) {
-    const T s = kernels::ScanMath<T>::sigmoid(v);
-    return s * (T(1) + v * (T(1) - s));
-  }
-};
+/// SiLU: the branch-free polynomial sigmoid for float (the gates and the conv activation touch
+/// B·T·Di values, as many as the scan has channels·steps), libm for double.
+using MambaSilu = kernels::ActivationFn<kernels::Activation::silu>;
 
 // g = y ⊙ SiLU(z), one row (b, t) per work item.
 template <class T, class Space>
@@ -95,7 +84,7 @@ struct MambaGateBackward {
     T* const dyp = &dy(b, t, 0);
     T* const dzp = &dz(b, t, 0);
     for (std::int64_t d = 0; d < di; ++d) {
-      const T s = kernels::ScanMath<T>::sigmoid(zp[d]), g = gp[d];
+      const T s = MambaSilu::sigmoid(zp[d]), g = gp[d];
       dzp[d] += g * yp[d] * s * (T(1) + zp[d] * (T(1) - s));
       dyp[d] = g * zp[d] * s;
     }
