@@ -24,7 +24,8 @@
 // the ranks (`--ranks spread`, the default: row i trains on rank i mod P, each whole and
 // exactly as it would alone; rank 0 gathers the results and prints the one table) or trains
 // each row data-parallel on all ranks (`--ranks data-parallel`: --batch is the global batch,
-// one micro-batch of batch / P sequences per rank; compiled-in architectures only).
+// one micro-batch of batch / P sequences per rank). A generated variant trains data-parallel
+// by every rank turning into its executable before MPI starts (become_data_parallel_variant).
 #include <CLI/CLI.hpp>
 
 #include <charconv>
@@ -371,6 +372,14 @@ std::vector<Job> make_jobs(const std::vector<Request>& reqs, const Grid& grid,
   return jobs;
 }
 
+/// --seeds, else the one --seed.
+std::vector<std::uint64_t> parse_seeds(const std::string& list, std::uint64_t seed) {
+  if (list.empty()) return {seed};
+  auto seeds = parse_numbers<std::uint64_t>("--seeds", list, "seed", 0, tools::unbounded<std::uint64_t> - 2);
+  if (seeds.empty()) fail<value_error>("--seeds", "'", list, "' names no seed");
+  return seeds;
+}
+
 // ---- running a row ----
 
 /// argv without the options that choose rows and outputs: what a variant executable gets.
@@ -418,6 +427,84 @@ ArchResult run_job(const Job& job, ExperimentConfig c, const std::vector<std::st
 }
 
 #if HYBRIDSEQ_ABLATE_MPI
+/// Set by a rank that turned into a generated variant's executable (below), for that
+/// executable: how the variant was obtained ("compiled <seconds>" or "cache 0"), which its
+/// rows report as their compile cost.
+constexpr const char* data_parallel_marker = "HYBRIDSEQ_ABLATE_DATA_PARALLEL_BUILD";
+
+/// This process's rank and the job's size as the MPI launcher states them before MPI_Init
+/// (Open MPI's mpirun, then Hydra's / PMI's); {0, 1} outside a launcher.
+std::pair<int, int> launched_rank_and_size() {
+  const auto read = [](std::initializer_list<const char*> names, int fallback) {
+    for (const char* n : names)
+      if (const char* v = std::getenv(n); v && *v) return std::atoi(v);
+    return fallback;
+  };
+  return {read({"OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0), read({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1)};
+}
+
+/// --ranks data-parallel trains each row on every rank at once, so every rank must hold the
+/// row's type. A generated variant lives in its own executable (the runner with that type), so
+/// before MPI starts each rank builds it or finds it in the cache (the cache's lock lets one
+/// rank compile while the others wait, then find it) and turns into it with exec, keeping its
+/// arguments; MPI then starts in the variant's executable, on every rank alike. That
+/// executable holds the one generated type only, so every row must share it. Returns when
+/// no row needs a generated type.
+void become_data_parallel_variant(const std::vector<Job>& rows, const std::filesystem::path& cache_root, char** argv) {
+  std::set<std::string> generated, built_in;
+  for (const auto& j : rows) (find_compiled(j.variant.type_key()) ? built_in : generated).insert(j.label);
+  if (generated.empty()) return;
+  if (std::getenv(data_parallel_marker))
+    fail<config_error>("hybridseq-ablate", "--ranks data-parallel: ", *generated.begin(),
+                       " is not in this variant executable (", argv[0], ")");
+  std::set<std::string> types;
+  for (const auto& j : rows) types.insert(j.variant.type_key());
+  if (types.size() > 1 || !built_in.empty()) {
+    std::string names;
+    for (const auto& n : generated) names += (names.empty() ? "" : ", ") + n;
+    fail<config_error>("hybridseq-ablate", "--ranks data-parallel trains one generated variant per run, and every row ",
+                       "must share its type; this run has ", types.size(), " types (generated: ", names,
+                       built_in.empty() ? "" : "; with compiled-in ones",
+                       "): run them one at a time, or use --ranks spread");
+  }
+  const Job& row = rows.front();
+  const bool lead = launched_rank_and_size().first == 0;
+  const VariantCache cache(cache_root, Toolchain{});
+  if (lead)
+    std::printf("hybridseq-ablate: %s is a generated variant; every rank runs its executable (cache %s)\n",
+                row.label.c_str(), cache.directory().c_str());
+  const Build b = cache.get(row.variant, row.label);
+  if (lead) {
+    if (b.source == Build::Source::compiled)
+      std::printf("hybridseq-ablate: 1 compiled (%.1f s of compile time), 0 cache hit(s)\n", b.seconds);
+    else
+      std::printf("hybridseq-ablate: 0 compiled (0.0 s of compile time), 1 cache hit(s)\n");
+    std::fflush(stdout);
+  }
+  const std::string marker = std::string(b.source_name()) + " " + std::to_string(b.seconds);
+  ::setenv(data_parallel_marker, marker.c_str(), 1);
+  std::vector<char*> args{const_cast<char*>(b.executable.c_str())};
+  for (char** a = argv + 1; *a; ++a) args.push_back(*a);
+  args.push_back(nullptr);
+  ::execv(b.executable.c_str(), args.data());
+  const int err = errno;
+  ::unsetenv(data_parallel_marker);
+  fail<io_error>("hybridseq-ablate", "cannot run the variant executable ", b.executable.string(), ": ",
+                 std::strerror(err));
+}
+
+/// A marker's build ("compiled 82.1").
+Build build_from_marker(const char* marker) {
+  std::istringstream in(marker);
+  std::string source;
+  Build b;
+  in >> source >> b.seconds;
+  b.source = source == "compiled" ? Build::Source::compiled
+             : source == "cache"  ? Build::Source::cached
+                                  : Build::Source::built_in;
+  return b;
+}
+
 /// Row i on rank i mod P; rank 0 gathers every rank's results (or its error) and returns
 /// them in the order chosen. A rank's failure is every rank's: rank 0 reports it and fails.
 std::vector<ArchResult> run_spread(parallel::Mpi& world, const std::vector<Job>& jobs, const ExperimentConfig& c,
@@ -454,12 +541,6 @@ std::vector<ArchResult> run_spread(parallel::Mpi& world, const std::vector<Job>&
 int main(int argc, char** argv) {
   tools::restart_with_runtime_settings(argv);  // before MPI_Init: the restart must not leave a rank behind
   const bool child = std::getenv(child_marker) != nullptr;
-#if HYBRIDSEQ_ABLATE_MPI
-  // Before anything reads argv: MPI_Init may take its own arguments out. A variant run as a
-  // row of its parent is not an MPI process: it must not join the parent's MPI job.
-  std::optional<parallel::MpiSession> mpi;
-  if (!child) mpi.emplace(argc, argv);
-#endif
   CLI::App app{"hybridseq-ablate: train architectures on a synthetic task and compare them"};
   std::string task_name = "var-copy", json_path, csv_path, lengths = "60,80,100", seeds_list, decay = "cosine",
               result_path;
@@ -536,6 +617,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--min-len %d is greater than --max-len %d\n", c.min_len, c.max_len);
     return 2;
   }
+#if HYBRIDSEQ_ABLATE_MPI
+  // Open MPI and MPICH leave argv as it is, so MPI starts after the arguments are read: a rank
+  // that turns into a generated variant's executable must do so before MPI_Init. A variant run
+  // as a row of its parent is not an MPI process: it must not join the parent's MPI job.
+  if (!child && !list && ranks_mode == "data-parallel" && launched_rank_and_size().second > 1)
+    if (const int rc = tools::guarded_main("hybridseq-ablate", [&] {
+          become_data_parallel_variant(
+              make_jobs(requests(spec::presets(), arch_args), parse_grid(grid_args), parse_seeds(seeds_list, c.seed)),
+              cache_root, argv);
+          return 0;
+        }))
+      return rc;
+  std::optional<parallel::MpiSession> mpi;
+  if (!child) mpi.emplace(argc, argv);
+#endif
   setenv("OMP_PROC_BIND", "false", 0);
   Kokkos::ScopeGuard kokkos(argc, argv);
   tools::install_stop_handlers();
@@ -566,13 +662,10 @@ int main(int argc, char** argv) {
               : decay == "constant" ? train::Schedule::Decay::constant
                                     : train::Schedule::Decay::cosine;
     const auto reqs = requests(presets, arch_args);
-    std::vector<std::uint64_t> seeds{c.seed};
-    if (!seeds_list.empty()) {
-      seeds = parse_numbers<std::uint64_t>("--seeds", seeds_list, "seed", 0, tools::unbounded<std::uint64_t> - 2);
-      if (seeds.empty()) fail<value_error>("--seeds", "'", seeds_list, "' names no seed");
-    }
-    auto rows = make_jobs(reqs, parse_grid(grid_args), seeds);
+    auto rows = make_jobs(reqs, parse_grid(grid_args), parse_seeds(seeds_list, c.seed));
 #if HYBRIDSEQ_ABLATE_MPI
+    if (const char* marker = std::getenv(data_parallel_marker))
+      for (auto& j : rows) j.build = build_from_marker(marker);
     std::optional<parallel::Mpi> world;
     if (mpi) world.emplace();
     const bool lead = !world || world->rank() == 0;
@@ -604,9 +697,10 @@ int main(int argc, char** argv) {
     if (child && !missing.empty())
       fail<config_error>("hybridseq-ablate", "this variant executable does not hold ", labels[0]);
 #if HYBRIDSEQ_ABLATE_MPI
-    if (c.data_parallel && !missing.empty())
-      fail<config_error>("hybridseq-ablate", "--ranks data-parallel trains compiled-in architectures only; ", labels[0],
-                         " would be a generated variant (use --ranks spread)");
+    if (c.data_parallel && !missing.empty())  // become_data_parallel_variant reads the launcher's environment
+      fail<config_error>("hybridseq-ablate", "--ranks data-parallel: ", labels[0],
+                         " is a generated variant, and this MPI launcher does not state the rank and size in "
+                         "OMPI_COMM_WORLD_RANK/SIZE or PMI_RANK/SIZE (use --ranks spread)");
 #endif
 #ifdef HYBRIDSEQ_ABLATE_PRESETS_ONLY
     if (!missing.empty())
