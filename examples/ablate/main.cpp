@@ -382,6 +382,19 @@ std::vector<std::uint64_t> parse_seeds(const std::string& list, std::uint64_t se
 
 // ---- running a row ----
 
+/// The summary line of the variants a run built or found in the cache.
+void print_compile_cost(const std::vector<Build>& builds) {
+  int compiled = 0, hits = 0;
+  double seconds = 0;
+  for (const auto& b : builds) {
+    compiled += b.source == Build::Source::compiled;
+    hits += b.source == Build::Source::cached;
+    seconds += b.seconds;
+  }
+  std::printf("hybridseq-ablate: %d compiled (%.1f s of compile time), %d cache hit(s)\n", compiled, seconds, hits);
+  std::fflush(stdout);
+}
+
 /// argv without the options that choose rows and outputs: what a variant executable gets.
 std::vector<std::string> forwarded_arguments(int argc, char** argv) {
   static const std::set<std::string> with_value{"--arch", "--grid",  "--seeds", "--seed",          "--json",
@@ -450,7 +463,8 @@ std::pair<int, int> launched_rank_and_size() {
 /// arguments; MPI then starts in the variant's executable, on every rank alike. That
 /// executable holds the one generated type only, so every row must share it. Returns when
 /// no row needs a generated type.
-void become_data_parallel_variant(const std::vector<Job>& rows, const std::filesystem::path& cache_root, char** argv) {
+void become_data_parallel_variant(const std::vector<Job>& rows, const std::filesystem::path& cache_root, bool lead,
+                                  char** argv) {
   std::set<std::string> generated, built_in;
   for (const auto& j : rows) (find_compiled(j.variant.type_key()) ? built_in : generated).insert(j.label);
   if (generated.empty()) return;
@@ -468,19 +482,12 @@ void become_data_parallel_variant(const std::vector<Job>& rows, const std::files
                        "): run them one at a time, or use --ranks spread");
   }
   const Job& row = rows.front();
-  const bool lead = launched_rank_and_size().first == 0;
   const VariantCache cache(cache_root, Toolchain{});
   if (lead)
     std::printf("hybridseq-ablate: %s is a generated variant; every rank runs its executable (cache %s)\n",
                 row.label.c_str(), cache.directory().c_str());
   const Build b = cache.get(row.variant, row.label);
-  if (lead) {
-    if (b.source == Build::Source::compiled)
-      std::printf("hybridseq-ablate: 1 compiled (%.1f s of compile time), 0 cache hit(s)\n", b.seconds);
-    else
-      std::printf("hybridseq-ablate: 0 compiled (0.0 s of compile time), 1 cache hit(s)\n");
-    std::fflush(stdout);
-  }
+  if (lead) print_compile_cost({b});
   const std::string marker = std::string(b.source_name()) + " " + std::to_string(b.seconds);
   ::setenv(data_parallel_marker, marker.c_str(), 1);
   std::vector<char*> args{const_cast<char*>(b.executable.c_str())};
@@ -621,11 +628,11 @@ int main(int argc, char** argv) {
   // Open MPI and MPICH leave argv as it is, so MPI starts after the arguments are read: a rank
   // that turns into a generated variant's executable must do so before MPI_Init. A variant run
   // as a row of its parent is not an MPI process: it must not join the parent's MPI job.
-  if (!child && !list && ranks_mode == "data-parallel" && launched_rank_and_size().second > 1)
+  if (const auto [rank, size] = launched_rank_and_size(); !child && !list && ranks_mode == "data-parallel" && size > 1)
     if (const int rc = tools::guarded_main("hybridseq-ablate", [&] {
           become_data_parallel_variant(
               make_jobs(requests(spec::presets(), arch_args), parse_grid(grid_args), parse_seeds(seeds_list, c.seed)),
-              cache_root, argv);
+              cache_root, rank == 0, argv);
           return 0;
         }))
       return rc;
@@ -716,17 +723,7 @@ int main(int argc, char** argv) {
       const auto builds = build_all(cache, missing, labels, jobs, report && !quiet);
       for (auto& j : rows)
         if (const auto it = slot.find(j.variant.type_key()); it != slot.end()) j.build = builds[it->second];
-      if (report) {
-        int compiled = 0, hits = 0;
-        double seconds = 0;
-        for (const auto& b : builds) {
-          compiled += b.source == Build::Source::compiled;
-          hits += b.source == Build::Source::cached;
-          seconds += b.seconds;
-        }
-        std::printf("hybridseq-ablate: %d compiled (%.1f s of compile time), %d cache hit(s)\n", compiled, seconds,
-                    hits);
-      }
+      if (report) print_compile_cost(builds);
     }
     if (!child) ::setenv(child_marker, "1", 1);  // for the variant executables this run starts
     const auto forwarded = forwarded_arguments(argc, argv);
