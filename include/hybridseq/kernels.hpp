@@ -9,6 +9,7 @@
 #include "kernels/conv1d.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/dss.hpp"
+#include "kernels/elementwise.hpp"
 #include "kernels/exp.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/norms.hpp"

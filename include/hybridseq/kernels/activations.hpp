@@ -3,15 +3,16 @@
 /// Elementwise activations and their derivatives, forward and backward kernels.
 ///
 /// Definitions follow PyTorch: GELU exact (erf form) and its tanh approximation, SiLU
-/// x·σ(x), softplus log(1 + eˣ) with PyTorch's linear region above x = 20.
+/// x·σ(x), softplus log(1 + eˣ) with PyTorch's linear region above x = 20. The kernels run
+/// through `elementwise`: on the host, float loops on the CPU's vector ISA.
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
-#include "../core/parallel.hpp"
 #include "../core/spaces.hpp"
+#include "elementwise.hpp"
 #include "exp.hpp"
 
 namespace hybridseq::kernels {
@@ -122,7 +123,7 @@ struct ActivationFn<Activation::softplus> {
 };
 
 namespace detail {
-/// Light element updates per element (core::parallel_for's unit): a polynomial or libm call
+/// Light element updates per element (elementwise's unit): a polynomial or libm call
 /// per element, except for the identity.
 template <Activation A>
 inline constexpr std::int64_t activation_work = A == Activation::identity ? 1 : 8;
@@ -146,16 +147,16 @@ struct ActivationBackward {
 /// y = f(x) elementwise over flat (n) views.
 template <Activation A, class T, class Space>
 void activation_forward(const Space& exec, TensorArg<const T*, Space> x, TensorArg<T*, Space> y) {
-  core::parallel_for("hybridseq::kernels::activation::forward", exec, x.extent(0), detail::activation_work<A>,
-                     detail::ActivationForward<A, T, Space>{x, y});
+  elementwise<T>("hybridseq::kernels::activation::forward", exec, x.extent(0), detail::activation_work<A>,
+                 detail::ActivationForward<A, T, Space>{x, y});
 }
 
 /// dx += f'(x) · dy elementwise over flat (n) views.
 template <Activation A, class T, class Space>
 void activation_backward(const Space& exec, TensorArg<const T*, Space> x, TensorArg<const T*, Space> dy,
                          TensorArg<T*, Space> dx) {
-  core::parallel_for("hybridseq::kernels::activation::backward", exec, x.extent(0), detail::activation_work<A>,
-                     detail::ActivationBackward<A, T, Space>{x, dy, dx});
+  elementwise<T>("hybridseq::kernels::activation::backward", exec, x.extent(0), detail::activation_work<A>,
+                 detail::ActivationBackward<A, T, Space>{x, dy, dx});
 }
 
 }  // namespace hybridseq::kernels

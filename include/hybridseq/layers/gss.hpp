@@ -19,6 +19,7 @@
 #include "../core/workspace.hpp"
 #include "../kernels/activations.hpp"
 #include "../kernels/dss.hpp"
+#include "../kernels/elementwise.hpp"
 #include "layer_norm.hpp"
 #include "linear.hpp"
 
@@ -40,6 +41,8 @@ constexpr GssShape gss_shape(int d_model) {
 namespace detail {
 
 using GssGelu = kernels::ActivationFn<kernels::Activation::gelu>;
+/// Light updates per element of the gate kernels (kernels::elementwise's unit).
+inline constexpr std::int64_t gelu_work = kernels::detail::activation_work<kernels::Activation::gelu>;
 
 // out = g ⊙ GELU(hu). u = GELU(hu) is never stored: backward recomputes it from hu, which it
 // needs anyway for GELU′.
@@ -210,8 +213,8 @@ class Gss {
     auto dg = ws.template allocate_zeroed<T***>("gss.dg", b, t, F);  // d(gu), then dg in place
     auto dhu = ws.template allocate<T***>("gss.dhu", b, t, F);
     to_out_.backward(ws, s.to_out, dy, dg);
-    Kokkos::parallel_for(
-        "hybridseq::layers::Gss::gate_backward", Kokkos::RangePolicy<Space>(exec, 0, dg.size()),
+    kernels::elementwise<T>(
+        "hybridseq::layers::Gss::gate_backward", exec, dg.size(), detail::gelu_work,
         detail::GssGateBackward<T, Space>{core::flat(s.g), core::flat(s.hu), core::flat(dg), core::flat(dhu)});
     auto dys = ws.template allocate_zeroed<T***>("gss.dys", b, t, H);
     to_gate_.backward(ws, s.to_gate, dg, dys);
@@ -234,8 +237,8 @@ class Gss {
     }
     auto dv = ws.template allocate_zeroed<T***>("gss.dv", b, t, H);
     norm_.backward(ws, s.norm, dut, dv);
-    Kokkos::parallel_for("hybridseq::layers::Gss::gelu_backward", Kokkos::RangePolicy<Space>(exec, 0, dv.size()),
-                         detail::GssGeluBackwardInPlace<T, Space>{core::flat(s.hv), core::flat(dv)});
+    kernels::elementwise<T>("hybridseq::layers::Gss::gelu_backward", exec, dv.size(), detail::gelu_work,
+                            detail::GssGeluBackwardInPlace<T, Space>{core::flat(s.hv), core::flat(dv)});
     to_v_.backward(ws, s.to_v, dv, dx);
     to_u_.backward(ws, s.to_u, dhu, dx);
   }
@@ -355,8 +358,8 @@ class Gss {
 
   static void gate(const Space& exec, const Tensor<T***, Space>& g, const Tensor<T***, Space>& hu,
                    const Tensor<T***, Space>& out) {
-    Kokkos::parallel_for("hybridseq::layers::Gss::gate", Kokkos::RangePolicy<Space>(exec, 0, out.size()),
-                         detail::GssGate<T, Space>{core::flat(g), core::flat(hu), core::flat(out)});
+    kernels::elementwise<T>("hybridseq::layers::Gss::gate", exec, out.size(), detail::gelu_work,
+                            detail::GssGate<T, Space>{core::flat(g), core::flat(hu), core::flat(out)});
   }
 
   // The branch over x's T tokens from the state, leaving the state after them; everything
