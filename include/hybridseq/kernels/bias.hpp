@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <string>
 
-#include "../core/parallel.hpp"
 #include "../core/spaces.hpp"
+#include "elementwise.hpp"
 
 namespace hybridseq::kernels {
 
@@ -78,7 +78,7 @@ Tensor<T**, Space> block_partials(const char* label, std::int64_t rows, std::int
 
 template <class T, class Space>
 void combine_blocks(const Space& exec, Tensor<const T**, Space> partial, TensorArg<T*, Space> out) {
-  core::parallel_for("hybridseq::kernels::combine_blocks", exec, partial.extent(1), partial.extent(0),
+  elementwise<T>("hybridseq::kernels::combine_blocks", exec, partial.extent(1), partial.extent(0),
                      CombineBlocks<T, Space>{partial, out});
 }
 }  // namespace detail
@@ -86,7 +86,7 @@ void combine_blocks(const Space& exec, Tensor<const T**, Space> partial, TensorA
 /// y(r, :) = b for every row r of y (R, N).
 template <class T, class Space>
 void broadcast_rows(const Space& exec, TensorArg<const T*, Space> b, TensorArg<T**, Space> y) {
-  core::parallel_for("hybridseq::kernels::bias::broadcast", exec, y.extent(0), y.extent(1),
+  elementwise<T>("hybridseq::kernels::bias::broadcast", exec, y.extent(0), y.extent(1),
                      detail::BroadcastRows<T, Space>{b, y});
 }
 
@@ -96,7 +96,7 @@ void accumulate_column_sums(const Space& exec, TensorArg<const T**, Space> dy, T
   const std::int64_t rows = dy.extent(0), cols = dy.extent(1);
   if (rows == 0) return;
   const auto partial = detail::block_partials<T, Space>("hybridseq::kernels::bias::partial", rows, cols);
-  core::parallel_for("hybridseq::kernels::bias::column_sums", exec, partial.extent(0), column_block_rows * cols,
+  elementwise<T>("hybridseq::kernels::bias::column_sums", exec, partial.extent(0), column_block_rows * cols,
                      detail::BlockColumnSums<T, Space>{dy, partial});
   detail::combine_blocks<T>(exec, partial, db);
 }

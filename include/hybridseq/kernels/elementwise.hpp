@@ -3,11 +3,12 @@
 /// Element-wise host loops on the CPU's vector width.
 ///
 /// The library is built for the compiler's baseline target, so a Kokkos loop over a branch-free
-/// polynomial (GELU, SiLU, softplus) vectorises four lanes wide without FMA. `elementwise` runs
-/// such a loop in contiguous blocks instead, each block's loop compiled once per ISA copy
-/// (isa.hpp) with the element function flattened into it, the copy chosen once per call. Float
-/// only: double is the reference path of the finite-difference checks and keeps one copy.
-/// Device spaces take one index per thread.
+/// polynomial (GELU, SiLU, softplus) or a row's arithmetic vectorises four lanes wide without
+/// FMA. `elementwise` runs such a loop in contiguous blocks of indices instead, each block's
+/// loop compiled once per ISA copy (isa.hpp) with the index function flattened into it, the copy
+/// chosen once per call. An index is whatever the kernel makes it: an element, a row, a head's
+/// vector. Float only: double is the reference path of the finite-difference checks and keeps
+/// one copy. Device spaces take one index per thread.
 
 #include <cstdint>
 #include <type_traits>
@@ -19,8 +20,10 @@
 namespace hybridseq::kernels {
 
 namespace detail {
-/// Indices per block of a host element-wise loop: the unit for which an ISA copy is chosen.
-inline constexpr std::int64_t elementwise_block = 2048;
+/// Light element updates per block of a host loop (the unit for which an ISA copy is chosen):
+/// large enough that choosing costs nothing, small enough that a loop worth forking
+/// (core::inline_work) has a block for each of several threads.
+inline constexpr std::int64_t elementwise_block_work = std::int64_t(1) << 12;
 
 template <class F>
 HYBRIDSEQ_HOST_FORCEINLINE void elementwise_loop(const F& f, std::int64_t begin, std::int64_t end) {
@@ -41,11 +44,11 @@ template <class F>
 template <class T, class F>
 struct ElementwiseBlocks {
   F f;
-  std::int64_t n;
+  std::int64_t n, per_block;
   Isa isa;
   void operator()(const std::int64_t block) const {
-    const std::int64_t begin = block * elementwise_block;
-    const std::int64_t end = n - begin < elementwise_block ? n : begin + elementwise_block;
+    const std::int64_t begin = block * per_block;
+    const std::int64_t end = n - begin < per_block ? n : begin + per_block;
 #if HYBRIDSEQ_ISA_DISPATCH
     if constexpr (std::is_same_v<T, float>) {
       if (isa == Isa::avx512) return elementwise_loop_avx512(f, begin, end);
@@ -57,16 +60,18 @@ struct ElementwiseBlocks {
 };
 }  // namespace detail
 
-/// f(i) for i in [0, n), where f is a light element function on scalars of type T costing about
-/// `work_per_element` light updates (core::parallel_for's unit). Indices must be independent.
+/// f(i) for i in [0, n), where f computes on scalars of type T and each index costs about
+/// `work_per_index` light element updates (core::parallel_for's unit). Indices must be
+/// independent; small loops run on the calling thread (core::parallel_for's rule).
 template <class T, class Space, class F>
-void elementwise(const char* label, const Space& exec, std::int64_t n, std::int64_t work_per_element, const F& f) {
+void elementwise(const char* label, const Space& exec, std::int64_t n, std::int64_t work_per_index, const F& f) {
   if constexpr (core::host_space<Space>) {
-    const std::int64_t blocks = (n + detail::elementwise_block - 1) / detail::elementwise_block;
-    core::parallel_for(label, exec, blocks, detail::elementwise_block * work_per_element,
-                       detail::ElementwiseBlocks<T, F>{f, n, host_isa()});
+    const std::int64_t work = work_per_index > 1 ? work_per_index : 1;
+    const std::int64_t per_block = detail::elementwise_block_work > work ? detail::elementwise_block_work / work : 1;
+    const std::int64_t blocks = (n + per_block - 1) / per_block;
+    core::parallel_for(label, exec, blocks, per_block * work, detail::ElementwiseBlocks<T, F>{f, n, per_block, host_isa()});
   } else {
-    core::parallel_for(label, exec, n, work_per_element, f);
+    core::parallel_for(label, exec, n, work_per_index, f);
   }
 }
 

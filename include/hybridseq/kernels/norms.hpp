@@ -8,9 +8,9 @@
 
 #include <cstdint>
 
-#include "../core/parallel.hpp"
 #include "../core/spaces.hpp"
 #include "bias.hpp"
+#include "elementwise.hpp"
 
 namespace hybridseq::kernels {
 
@@ -139,7 +139,7 @@ struct LayerNormBackwardParams {
 template <class T, class Space>
 void rmsnorm_forward(const Space& exec, TensorArg<const T**, Space> x, TensorArg<const T*, Space> w, T eps,
                      TensorArg<T**, Space> y, TensorArg<T*, Space> rstd) {
-  core::parallel_for("hybridseq::kernels::rmsnorm::forward", exec, x.extent(0), 3 * x.extent(1),
+  elementwise<T>("hybridseq::kernels::rmsnorm::forward", exec, x.extent(0), 3 * x.extent(1),
                      detail::RmsNormForward<T, Space>{x, w, y, rstd, eps});
 }
 
@@ -148,11 +148,11 @@ void rmsnorm_backward(const Space& exec, TensorArg<const T**, Space> x, TensorAr
                       TensorArg<const T*, Space> rstd, TensorArg<const T**, Space> dy, TensorArg<T**, Space> dx,
                       TensorArg<T*, Space> dw) {
   const std::int64_t rows = x.extent(0), d = x.extent(1);
-  core::parallel_for("hybridseq::kernels::rmsnorm::backward_input", exec, rows, 4 * d,
+  elementwise<T>("hybridseq::kernels::rmsnorm::backward_input", exec, rows, 4 * d,
                      detail::RmsNormBackwardInput<T, Space>{x, dy, w, rstd, dx});
   if (rows == 0) return;
   const auto partial = detail::block_partials<T, Space>("hybridseq::kernels::rmsnorm::partial", rows, d);
-  core::parallel_for("hybridseq::kernels::rmsnorm::backward_weight", exec, partial.extent(0), column_block_rows * d,
+  elementwise<T>("hybridseq::kernels::rmsnorm::backward_weight", exec, partial.extent(0), column_block_rows * d,
                      detail::RmsNormBackwardWeight<T, Space>{x, dy, rstd, partial});
   detail::combine_blocks<T>(exec, partial, dw);
 }
@@ -161,7 +161,7 @@ template <class T, class Space>
 void layernorm_forward(const Space& exec, TensorArg<const T**, Space> x, TensorArg<const T*, Space> w,
                        TensorArg<const T*, Space> b, T eps, TensorArg<T**, Space> y, TensorArg<T*, Space> mean,
                        TensorArg<T*, Space> rstd) {
-  core::parallel_for("hybridseq::kernels::layernorm::forward", exec, x.extent(0), 4 * x.extent(1),
+  elementwise<T>("hybridseq::kernels::layernorm::forward", exec, x.extent(0), 4 * x.extent(1),
                      detail::LayerNormForward<T, Space>{x, w, b, y, mean, rstd, eps});
 }
 
@@ -171,12 +171,12 @@ void layernorm_backward(const Space& exec, TensorArg<const T**, Space> x, Tensor
                         TensorArg<const T**, Space> dy, TensorArg<T**, Space> dx, TensorArg<T*, Space> dw,
                         TensorArg<T*, Space> db) {
   const std::int64_t rows = x.extent(0), d = x.extent(1);
-  core::parallel_for("hybridseq::kernels::layernorm::backward_input", exec, rows, 5 * d,
+  elementwise<T>("hybridseq::kernels::layernorm::backward_input", exec, rows, 5 * d,
                      detail::LayerNormBackwardInput<T, Space>{x, dy, w, mean, rstd, dx});
   if (rows == 0) return;
   const auto partial_w = detail::block_partials<T, Space>("hybridseq::kernels::layernorm::partial_w", rows, d);
   const auto partial_b = detail::block_partials<T, Space>("hybridseq::kernels::layernorm::partial_b", rows, d);
-  core::parallel_for("hybridseq::kernels::layernorm::backward_params", exec, partial_w.extent(0),
+  elementwise<T>("hybridseq::kernels::layernorm::backward_params", exec, partial_w.extent(0),
                      column_block_rows * 2 * d,
                      detail::LayerNormBackwardParams<T, Space>{x, dy, mean, rstd, partial_w, partial_b});
   detail::combine_blocks<T>(exec, partial_w, dw);

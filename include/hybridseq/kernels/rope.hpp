@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "../core/spaces.hpp"
+#include "elementwise.hpp"
 
 namespace hybridseq::kernels {
 
@@ -36,7 +37,11 @@ struct RopeApply {
   Tensor<const T**, Space> cos, sin;
   int rotary;
   T sign;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t b, const std::int64_t t, const std::int64_t h) const {
+  std::int64_t heads;  // heads rotated: [0, heads) of in's H
+  // Index = (b·T + t)·heads + h.
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
+    const std::int64_t h = index % heads, bt = index / heads;
+    const std::int64_t t = bt % std::int64_t(in.extent(1)), b = bt / std::int64_t(in.extent(1));
     const int half = rotary / 2;
     for (int i = 0; i < half; ++i) {
       const T c = cos(t, i), s = sign * sin(t, i);
@@ -80,10 +85,9 @@ void rope_apply(const Space& exec, TensorArg<const T****, Space> in, TensorArg<T
                 std::int64_t heads = -1) {
   if (in.size() == 0) return;
   if (heads < 0) heads = std::int64_t(in.extent(2));
-  Kokkos::parallel_for("hybridseq::kernels::rope::apply",
-                       Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
-                           exec, {0, 0, 0}, {std::int64_t(in.extent(0)), std::int64_t(in.extent(1)), heads}),
-                       detail::RopeApply<T, Space, Accumulate>{in, out, cos, sin, rotary, inverse ? T(-1) : T(1)});
+  elementwise<T>("hybridseq::kernels::rope::apply", exec, std::int64_t(in.extent(0) * in.extent(1)) * heads,
+                 std::int64_t(in.extent(3)),
+                 detail::RopeApply<T, Space, Accumulate>{in, out, cos, sin, rotary, inverse ? T(-1) : T(1), heads});
 }
 
 }  // namespace hybridseq::kernels

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "../core/error.hpp"
-#include "../core/parallel.hpp"
 #include "../core/parameter.hpp"
+#include "../kernels/elementwise.hpp"
 
 namespace hybridseq::train {
 
@@ -92,7 +92,7 @@ class AdamW {
       const auto& s = states_[k++];
       const bool decayed = options_.decay_scope == DecayScope::all || core::decays(p.role());
       const float decay = decayed ? static_cast<float>(options_.weight_decay) : 0.0f;
-      core::parallel_for(
+      kernels::elementwise<T>(
           "hybridseq::train::AdamW::step", Space{}, p.numel(), 4,
           detail::AdamWUpdate<T, Space>{p.value(), p.grad(), s.m, s.v, float(options_.beta1), float(options_.beta2),
                                         float(options_.eps), float(lr), decay, c1, c2});
