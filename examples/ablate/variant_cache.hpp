@@ -14,6 +14,8 @@
 // only once built; the tool digest covers the library version, the compiler and its flags and
 // the runner library's build (so edited headers never serve stale variants). Builders of one
 // entry serialise on <type digest>.lock (flock), so concurrent runs sharing a cache are safe.
+// A variant that fails a static_assert keeps that message in static_assert.txt instead of an
+// executable, so that it is compiled once, not once per run or per waiting rank.
 
 #include <atomic>
 #include <cerrno>
@@ -91,7 +93,10 @@ inline int run_process(const std::vector<std::string>& args, const std::filesyst
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-/// The compiler's first static_assert message in `log` (gcc and clang), else its first error.
+inline const std::string static_assertion_prefix = "static assertion: ";
+
+/// The compiler's first static_assert message in `log` (gcc and clang) after
+/// static_assertion_prefix, else its first error line.
 inline std::string first_compile_error(const std::filesystem::path& log) {
   std::ifstream in(log);
   std::string line, first_error;
@@ -103,7 +108,7 @@ inline std::string first_compile_error(const std::filesystem::path& log) {
       // clang: static_assert failed due to requirement '…' "message"
       if (const auto q = msg.rfind('"'); q != std::string::npos && q > 0)
         if (const auto p = msg.rfind('"', q - 1); p != std::string::npos) msg = msg.substr(p + 1, q - p - 1);
-      return "static assertion: " + msg;
+      return static_assertion_prefix + msg;
     }
     if (first_error.empty() && line.find("error") != std::string::npos) first_error = line;
   }
@@ -134,12 +139,15 @@ class VariantCache {
     const std::filesystem::path entry = dir_ / spec::digest(key), exe = entry / "hybridseq-ablate-variant";
     std::filesystem::create_directories(dir_);
     const Lock lock(dir_ / (spec::digest(key) + ".lock"));
-    if (std::filesystem::exists(exe)) {
+    const std::filesystem::path log = entry / "compile.log", failed = entry / "static_assert.txt";
+    if (std::filesystem::exists(exe) || std::filesystem::exists(failed)) {
       if (read(entry / "spec.json") != key)
         fail<io_error>("hybridseq-ablate", "cache entry ", entry.string(),
                        " holds another spec (digest collision); "
                        "delete it");
-      return {Build::Source::cached, 0, exe};
+      if (std::filesystem::exists(exe)) return {Build::Source::cached, 0, exe};
+      fail<config_error>("hybridseq-ablate", label, ": the variant did not compile: ", read(failed),
+                         " (an earlier build's result, kept in the cache: full log ", log.string(), ")");
     }
     const auto start = std::chrono::steady_clock::now();
     std::filesystem::remove_all(entry);
@@ -153,15 +161,20 @@ class VariantCache {
               "\")\nadd_executable(hybridseq-ablate-variant variant.cpp)\n"
               "target_link_libraries(hybridseq-ablate-variant PRIVATE "
               "hybridseq_ablate_runner)\n");
-    const std::filesystem::path log = entry / "compile.log";
     const std::string build = (entry / "build").string();
     int rc = run_process({tool_.cmake, "-S", entry.string(), "-B", build, "-DCMAKE_CXX_COMPILER=" + tool_.cxx,
                           "-DCMAKE_BUILD_TYPE=" + tool_.build_type, "-DCMAKE_CXX_FLAGS=" + tool_.cxx_flags},
                          &log);
     if (rc == 0) rc = run_process({tool_.cmake, "--build", build, "-j", "1"}, &log);
-    if (rc != 0)
-      fail<config_error>("hybridseq-ablate", label, ": the variant did not compile: ", first_compile_error(log),
+    if (rc != 0) {
+      // A static_assert's verdict is the spec's and the toolchain's (both in the entry's key), so
+      // it is kept: a later run, or a rank waiting on the lock, refuses without compiling again.
+      // Any other failure may be the machine's (a full disk, a killed compiler) and is not kept.
+      const std::string error = first_compile_error(log);
+      if (error.rfind(static_assertion_prefix, 0) == 0) write(failed, error);
+      fail<config_error>("hybridseq-ablate", label, ": the variant did not compile: ", error,
                          " (full log: ", log.string(), ")");
+    }
     std::filesystem::rename(entry / "build" / "hybridseq-ablate-variant", exe);
     return {Build::Source::compiled, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
             exe};
