@@ -30,9 +30,8 @@ int main(int argc, char* argv[]) {
 
   Catch::Session session;
   std::string isa_name;
-  session.cli(session.cli() |
-              Catch::clara::Opt(isa_name, "baseline|avx2|avx512")["--isa"](
-                  "run every host kernel on this ISA copy (skipped, exit 77, where the CPU lacks it)"));
+  session.cli(session.cli() | Catch::clara::Opt(isa_name, "baseline|avx2|avx512")["--isa"](
+                                  "run every host kernel on this ISA copy (skipped, exit 77, where the CPU lacks it)"));
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
 
   if (!isa_name.empty()) {

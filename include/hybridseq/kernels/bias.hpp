@@ -79,7 +79,7 @@ Tensor<T**, Space> block_partials(const char* label, std::int64_t rows, std::int
 template <class T, class Space>
 void combine_blocks(const Space& exec, Tensor<const T**, Space> partial, TensorArg<T*, Space> out) {
   elementwise<T>("hybridseq::kernels::combine_blocks", exec, partial.extent(1), partial.extent(0),
-                     CombineBlocks<T, Space>{partial, out});
+                 CombineBlocks<T, Space>{partial, out});
 }
 }  // namespace detail
 
@@ -87,7 +87,7 @@ void combine_blocks(const Space& exec, Tensor<const T**, Space> partial, TensorA
 template <class T, class Space>
 void broadcast_rows(const Space& exec, TensorArg<const T*, Space> b, TensorArg<T**, Space> y) {
   elementwise<T>("hybridseq::kernels::bias::broadcast", exec, y.extent(0), y.extent(1),
-                     detail::BroadcastRows<T, Space>{b, y});
+                 detail::BroadcastRows<T, Space>{b, y});
 }
 
 /// db += Σ_r dy(r, :) for dy (R, N).
@@ -97,7 +97,7 @@ void accumulate_column_sums(const Space& exec, TensorArg<const T**, Space> dy, T
   if (rows == 0) return;
   const auto partial = detail::block_partials<T, Space>("hybridseq::kernels::bias::partial", rows, cols);
   elementwise<T>("hybridseq::kernels::bias::column_sums", exec, partial.extent(0), column_block_rows * cols,
-                     detail::BlockColumnSums<T, Space>{dy, partial});
+                 detail::BlockColumnSums<T, Space>{dy, partial});
   detail::combine_blocks<T>(exec, partial, db);
 }
 

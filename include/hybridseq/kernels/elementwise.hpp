@@ -69,7 +69,8 @@ void elementwise(const char* label, const Space& exec, std::int64_t n, std::int6
     const std::int64_t work = work_per_index > 1 ? work_per_index : 1;
     const std::int64_t per_block = detail::elementwise_block_work > work ? detail::elementwise_block_work / work : 1;
     const std::int64_t blocks = (n + per_block - 1) / per_block;
-    core::parallel_for(label, exec, blocks, per_block * work, detail::ElementwiseBlocks<T, F>{f, n, per_block, host_isa()});
+    core::parallel_for(label, exec, blocks, per_block * work,
+                       detail::ElementwiseBlocks<T, F>{f, n, per_block, host_isa()});
   } else {
     core::parallel_for(label, exec, n, work_per_index, f);
   }

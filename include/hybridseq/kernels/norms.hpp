@@ -140,7 +140,7 @@ template <class T, class Space>
 void rmsnorm_forward(const Space& exec, TensorArg<const T**, Space> x, TensorArg<const T*, Space> w, T eps,
                      TensorArg<T**, Space> y, TensorArg<T*, Space> rstd) {
   elementwise<T>("hybridseq::kernels::rmsnorm::forward", exec, x.extent(0), 3 * x.extent(1),
-                     detail::RmsNormForward<T, Space>{x, w, y, rstd, eps});
+                 detail::RmsNormForward<T, Space>{x, w, y, rstd, eps});
 }
 
 template <class T, class Space>
@@ -149,11 +149,11 @@ void rmsnorm_backward(const Space& exec, TensorArg<const T**, Space> x, TensorAr
                       TensorArg<T*, Space> dw) {
   const std::int64_t rows = x.extent(0), d = x.extent(1);
   elementwise<T>("hybridseq::kernels::rmsnorm::backward_input", exec, rows, 4 * d,
-                     detail::RmsNormBackwardInput<T, Space>{x, dy, w, rstd, dx});
+                 detail::RmsNormBackwardInput<T, Space>{x, dy, w, rstd, dx});
   if (rows == 0) return;
   const auto partial = detail::block_partials<T, Space>("hybridseq::kernels::rmsnorm::partial", rows, d);
   elementwise<T>("hybridseq::kernels::rmsnorm::backward_weight", exec, partial.extent(0), column_block_rows * d,
-                     detail::RmsNormBackwardWeight<T, Space>{x, dy, rstd, partial});
+                 detail::RmsNormBackwardWeight<T, Space>{x, dy, rstd, partial});
   detail::combine_blocks<T>(exec, partial, dw);
 }
 
@@ -162,7 +162,7 @@ void layernorm_forward(const Space& exec, TensorArg<const T**, Space> x, TensorA
                        TensorArg<const T*, Space> b, T eps, TensorArg<T**, Space> y, TensorArg<T*, Space> mean,
                        TensorArg<T*, Space> rstd) {
   elementwise<T>("hybridseq::kernels::layernorm::forward", exec, x.extent(0), 4 * x.extent(1),
-                     detail::LayerNormForward<T, Space>{x, w, b, y, mean, rstd, eps});
+                 detail::LayerNormForward<T, Space>{x, w, b, y, mean, rstd, eps});
 }
 
 template <class T, class Space>
@@ -172,13 +172,12 @@ void layernorm_backward(const Space& exec, TensorArg<const T**, Space> x, Tensor
                         TensorArg<T*, Space> db) {
   const std::int64_t rows = x.extent(0), d = x.extent(1);
   elementwise<T>("hybridseq::kernels::layernorm::backward_input", exec, rows, 5 * d,
-                     detail::LayerNormBackwardInput<T, Space>{x, dy, w, mean, rstd, dx});
+                 detail::LayerNormBackwardInput<T, Space>{x, dy, w, mean, rstd, dx});
   if (rows == 0) return;
   const auto partial_w = detail::block_partials<T, Space>("hybridseq::kernels::layernorm::partial_w", rows, d);
   const auto partial_b = detail::block_partials<T, Space>("hybridseq::kernels::layernorm::partial_b", rows, d);
-  elementwise<T>("hybridseq::kernels::layernorm::backward_params", exec, partial_w.extent(0),
-                     column_block_rows * 2 * d,
-                     detail::LayerNormBackwardParams<T, Space>{x, dy, mean, rstd, partial_w, partial_b});
+  elementwise<T>("hybridseq::kernels::layernorm::backward_params", exec, partial_w.extent(0), column_block_rows * 2 * d,
+                 detail::LayerNormBackwardParams<T, Space>{x, dy, mean, rstd, partial_w, partial_b});
   detail::combine_blocks<T>(exec, partial_w, dw);
   detail::combine_blocks<T>(exec, partial_b, db);
 }
