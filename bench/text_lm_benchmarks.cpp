@@ -69,7 +69,7 @@ void decode(benchmark::State& state, int layers) {
   for (auto _ : state) {
     auto st = model.make_state(1);
     for (std::int64_t p = 0; p < tokens; ++p) {
-      Kokkos::deep_copy(id, std::int32_t(p * 7919 % text_lm::V));
+      core::fill(id, std::int32_t(p * 7919 % text_lm::V));
       model.prefill(ws, st, id, logit);
     }
     Space().fence();

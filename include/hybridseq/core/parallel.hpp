@@ -70,20 +70,26 @@ void parallel_sum(const char* label, const Space& exec, std::int64_t n, std::int
   Kokkos::parallel_reduce(label, Kokkos::RangePolicy<Space>(exec, 0, n), f, sum);
 }
 
-/// v = 0, with parallel_for's inline rule (for a contiguous v).
+/// v = value, with parallel_for's inline rule (for a contiguous v).
 template <class View>
-void zero(const View& v) {
+void fill(const View& v, const typename View::non_const_value_type& value) {
   using Space = typename View::execution_space;
   using T = typename View::non_const_value_type;
   const auto n = static_cast<std::int64_t>(v.span());
   if constexpr (host_space<Space>) {
     if (v.span_is_contiguous() && runs_inline<Space>(n)) {
       T* p = v.data();
-      for (std::int64_t i = 0; i < n; ++i) p[i] = T{};
+      for (std::int64_t i = 0; i < n; ++i) p[i] = value;
       return;
     }
   }
-  Kokkos::deep_copy(v, T{});
+  Kokkos::deep_copy(v, value);
+}
+
+/// v = 0, with parallel_for's inline rule (for a contiguous v).
+template <class View>
+void zero(const View& v) {
+  fill(v, typename View::non_const_value_type{});
 }
 
 }  // namespace hybridseq::core

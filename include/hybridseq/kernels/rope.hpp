@@ -20,7 +20,9 @@ struct RopeTable {
   double log_base;
   std::int64_t offset;
   int rotary;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t t, const std::int64_t i) const {
+  // Index = t·(r/2) + i.
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
+    const std::int64_t t = index / (rotary / 2), i = index % (rotary / 2);
     const double inv_freq = math::exp(-log_base * (2.0 * double(i) / double(rotary)));
     const double angle = double(t + offset) * inv_freq;
     cos(t, i) = T(math::cos(angle));
@@ -70,10 +72,9 @@ template <class T, class Space>
 void rope_table(const Space& exec, double base, std::int64_t offset, int rotary, TensorArg<T**, Space> cos,
                 TensorArg<T**, Space> sin) {
   if (cos.extent(0) == 0 || cos.extent(1) == 0) return;
-  Kokkos::parallel_for("hybridseq::kernels::rope::table",
-                       Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>(
-                           exec, {0, 0}, {std::int64_t(cos.extent(0)), std::int64_t(cos.extent(1))}),
-                       detail::RopeTable<T, Space>{cos, sin, std::log(base), offset, rotary});
+  // Three libm calls in double per entry.
+  core::parallel_for("hybridseq::kernels::rope::table", exec, std::int64_t(cos.extent(0) * cos.extent(1)), 64,
+                     detail::RopeTable<T, Space>{cos, sin, std::log(base), offset, rotary});
 }
 
 /// out = R(θ) in  (forward), or out += R(−θ) in  (backward: R is orthogonal), for heads

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "../core/check.hpp"
+#include "../core/parallel.hpp"
 #include "../core/parameter.hpp"
 #include "../core/workspace.hpp"
 #include "attention_core.hpp"
@@ -64,12 +65,11 @@ void broadcast_heads(Tensor<const T***, Space> d_merged, Tensor<T****, Space> d_
 template <class T, class Space>
 void append_kv(Tensor<const T***, Space> qkv, std::int64_t query_heads, Tensor<T****, Space> k, Tensor<T****, Space> v,
                std::int64_t p) {
-  const std::int64_t kv_heads = k.extent(2), dh = k.extent(3);
-  Kokkos::parallel_for(
-      "hybridseq::layers::Attention::append_cache",
-      Kokkos::MDRangePolicy<Space, Kokkos::Rank<3>>(
-          {0, 0, 0}, {std::int64_t(qkv.extent(0)), std::int64_t(qkv.extent(1)), kv_heads}),
-      KOKKOS_LAMBDA(std::int64_t i, std::int64_t j, std::int64_t h) {
+  const std::int64_t kv_heads = k.extent(2), dh = k.extent(3), t = qkv.extent(1);
+  core::parallel_for(
+      "hybridseq::layers::Attention::append_cache", Space{}, std::int64_t(qkv.extent(0)) * t * kv_heads, 2 * dh,
+      KOKKOS_LAMBDA(std::int64_t index) {
+        const std::int64_t h = index % kv_heads, j = index / kv_heads % t, i = index / kv_heads / t;
         for (std::int64_t d = 0; d < dh; ++d) {
           k(i, p + j, h, d) = qkv(i, j, (query_heads + h) * dh + d);
           v(i, p + j, h, d) = qkv(i, j, (query_heads + kv_heads + h) * dh + d);

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "../core/parallel.hpp"
 #include "../core/parameter.hpp"
 #include "../core/workspace.hpp"
 #include "../kernels/attention/attention.hpp"
@@ -306,10 +307,10 @@ class AttentionCore {
   /// α_h: 1/√Dh for dot scores; exp(min(s_h, log 100)) for cosine scores.
   void refresh_alpha() const {
     if constexpr (S.score == Score::dot) {
-      Kokkos::deep_copy(alpha_, T(1) / std::sqrt(T(S.head_dim)));
+      core::fill(alpha_, T(1) / std::sqrt(T(S.head_dim)));
     } else {
-      Kokkos::parallel_for("hybridseq::layers::AttentionCore::alpha", Kokkos::RangePolicy<Space>(0, S.heads),
-                           detail::CosineAlpha<T, Space>{logit_scale_.value(), alpha_, S.per_layer_scale});
+      core::parallel_for("hybridseq::layers::AttentionCore::alpha", Space{}, S.heads, 4,
+                         detail::CosineAlpha<T, Space>{logit_scale_.value(), alpha_, S.per_layer_scale});
     }
     Space().fence();
   }

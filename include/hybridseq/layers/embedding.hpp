@@ -7,6 +7,7 @@
 
 #include "../core/check.hpp"
 #include "../core/options.hpp"
+#include "../core/parallel.hpp"
 #include "../core/parameter.hpp"
 #include "../core/workspace.hpp"
 
@@ -23,7 +24,9 @@ struct EmbeddingGather {
   TokenIds<Space> ids;             // (B, T)
   Tensor<const T**, Space> table;  // (V, D)
   Tensor<T***, Space> y;           // (B, T, D)
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t b, const std::int64_t t) const {
+  // Index = b·T + t.
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
+    const std::int64_t b = index / std::int64_t(ids.extent(1)), t = index % std::int64_t(ids.extent(1));
     const std::int32_t id = ids(b, t);
     for (std::int64_t j = 0; j < std::int64_t(table.extent(1)); ++j) y(b, t, j) = table(id, j);
   }
@@ -47,13 +50,15 @@ template <class Space>
 void check_token_ids(std::string_view api, TokenIds<Space> ids, std::int64_t vocab) {
   const std::int64_t n = ids.extent(0) * ids.extent(1), cols = ids.extent(1);
   std::int64_t first = n;
-  Kokkos::parallel_reduce(
-      "hybridseq::layers::check_token_ids", Kokkos::RangePolicy<Space>(0, n),
-      KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
-        const std::int32_t id = ids(i / cols, i % cols);
-        if ((id < 0 || id >= vocab) && i < m) m = i;
-      },
-      Kokkos::Min<std::int64_t>(first));
+  const auto earliest_bad = KOKKOS_LAMBDA(const std::int64_t i, std::int64_t& m) {
+    const std::int32_t id = ids(i / cols, i % cols);
+    if ((id < 0 || id >= vocab) && i < m) m = i;
+  };
+  if (core::runs_inline<Space>(n))  // core/parallel.hpp's rule
+    for (std::int64_t i = 0; i < n; ++i) earliest_bad(i, first);
+  else
+    Kokkos::parallel_reduce("hybridseq::layers::check_token_ids", Kokkos::RangePolicy<Space>(0, n), earliest_bad,
+                            Kokkos::Min<std::int64_t>(first));
   if (first < n) {
     auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, ids);
     fail<value_error>(api, "token id ", host(first / cols, first % cols), " at (b=", first / cols, ", t=", first % cols,
@@ -95,10 +100,8 @@ class Embedding {
     check_token_ids<Space>(api, ids, vocab_size());
     saved.ids = ids;
     if (ids.size() == 0) return;
-    Kokkos::parallel_for("hybridseq::layers::Embedding::forward",
-                         Kokkos::MDRangePolicy<Space, Kokkos::Rank<2>>(
-                             {0, 0}, {std::int64_t(ids.extent(0)), std::int64_t(ids.extent(1))}),
-                         detail::EmbeddingGather<T, Space>{ids, weight_.template shaped<T**>(), y});
+    core::parallel_for("hybridseq::layers::Embedding::forward", Space{}, std::int64_t(ids.size()), S.dim,
+                       detail::EmbeddingGather<T, Space>{ids, weight_.template shaped<T**>(), y});
   }
 
   /// Accumulates dW; ids have no gradient.

@@ -40,6 +40,8 @@
 #include <vector>
 
 #include "../../core/dropout.hpp"
+#include "../../core/error.hpp"
+#include "../../core/parallel.hpp"
 #include "../../core/spaces.hpp"
 #include "../exp.hpp"
 #include "../isa.hpp"
@@ -234,10 +236,13 @@ struct Forward {
     return sizeof(T) * (std::size_t(tile_k) * tile_q + 2 * std::size_t(tile_q) * head_dim + 3 * tile_q);
   }
 
-  void operator()(const TeamMember<Space>& team) const { with_shape<T>(isa, *this, team); }
+  template <class Member>
+  void operator()(const Member& team) const {
+    with_shape<T>(isa, *this, team);
+  }
 
-  template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void run(S shape, const TeamMember<Space>& team) const {
+  template <class S, class Member>
+  HYBRIDSEQ_HOST_FORCEINLINE void run(S shape, const Member& team) const {
     const std::int64_t task = team.league_rank();
     const std::int64_t qt = task % n_qtiles, bh = task / n_qtiles;
     const int h = int(bh % a.heads);
@@ -371,10 +376,13 @@ struct Backward {
     return sizeof(T) * (tiles * tile_k * tile_q + 3 * std::size_t(tile_q) * head_dim + 2 * tile_q);
   }
 
-  void operator()(const TeamMember<Space>& team) const { with_shape<T>(isa, *this, team); }
+  template <class Member>
+  void operator()(const Member& team) const {
+    with_shape<T>(isa, *this, team);
+  }
 
-  template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void run(S shape, const TeamMember<Space>& team) const {
+  template <class S, class Member>
+  HYBRIDSEQ_HOST_FORCEINLINE void run(S shape, const Member& team) const {
     const int slot = team.league_rank(), dh = a.head_dim, group = a.heads / a.kv_heads;
     auto& shmem = team.team_shmem();
     T* s = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_k * tile_q));
@@ -476,11 +484,63 @@ struct SumSlots {
   }
 };
 
+/// A team of one on the calling thread: the task index and a scratch arena, the two things the
+/// kernels ask of their Kokkos team member.
+class InlineTeam {
+ public:
+  class Scratch {
+   public:
+    Scratch(std::byte* begin, std::byte* end) : next_(begin), end_(end) {}
+    void* get_shmem(std::size_t bytes) {
+      void* p = next_;
+      next_ += aligned(bytes);
+      if (next_ > end_)
+        fail<error>("hybridseq::kernels::attention::InlineTeam", "scratch overrun by ", next_ - end_, " bytes");
+      return p;
+    }
+
+   private:
+    std::byte *next_, *end_;
+  };
+
+  InlineTeam(std::int64_t task, std::vector<std::byte>& scratch)
+      : task_(task), scratch_(scratch.data(), scratch.data() + scratch.size()) {}
+  std::int64_t league_rank() const { return task_; }
+  Scratch& team_shmem() const { return scratch_; }
+
+  /// Sizes round up to cache lines; the kernels' scratch sizes are multiples of a tile row of
+  /// floats (256 bytes), so this adds nothing to what they ask for.
+  static std::size_t aligned(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+ private:
+  std::int64_t task_;
+  mutable Scratch scratch_;
+};
+
+/// Runs f once per task: as a Kokkos team launch, or, on a host space when the launch's `work`
+/// (light element updates, core/parallel.hpp's unit) is below the fork's worth, task after task
+/// on the calling thread; a decoding step's attention over its history is such a launch.
 template <class Functor, class Space>
-void launch(const char* label, const Space& exec, std::int64_t tasks, std::size_t scratch, const Functor& f) {
+void launch(const char* label, const Space& exec, std::int64_t tasks, std::size_t scratch, std::int64_t work,
+            const Functor& f) {
   if (tasks == 0) return;
+  if constexpr (core::host_space<Space>) {
+    if (core::runs_inline<Space>(work)) {
+      thread_local std::vector<std::byte> buffer;
+      if (buffer.size() < scratch) buffer.resize(scratch);
+      for (std::int64_t task = 0; task < tasks; ++task) f(InlineTeam(task, buffer));
+      return;
+    }
+  }
   Kokkos::TeamPolicy<Space, Kokkos::Schedule<Kokkos::Dynamic>> policy(exec, tasks, 1);
   Kokkos::parallel_for(label, policy.set_scratch_size(0, Kokkos::PerTeam(scratch)), f);
+}
+
+/// Light element updates of an attention launch over `rows` query rows of `keys` keys each: a
+/// multiply-add of the micro-kernel, vectorised with its operands in registers, counts an
+/// eighth of one.
+inline std::int64_t attention_work(std::int64_t rows, std::int64_t keys, int head_dim) {
+  return rows * keys * head_dim / 8;
 }
 
 }  // namespace detail
@@ -503,7 +563,8 @@ void forward(const Space& exec, const AttentionArgs<T>& a) {
   const std::int64_t nq = query_tiles(a.tq);
   using F = detail::Forward<Scheme, T, Space>;
   detail::launch("hybridseq::kernels::attention::forward[tiled]", exec, a.batch * a.heads * nq,
-                 F::scratch_bytes(a.head_dim), F{a, nq, detail::kernel_isa<T>(a.head_dim)});
+                 F::scratch_bytes(a.head_dim), detail::attention_work(a.batch * a.heads * a.tq, a.tk, a.head_dim),
+                 F{a, nq, detail::kernel_isa<T>(a.head_dim)});
 }
 
 /// dQ, dK, dV (overwritten) from dO, and, when g.dalpha is set, the per-(b, h, query tile)
@@ -522,6 +583,7 @@ void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads
   using B = detail::Backward<Scheme, T, Space>;
   detail::launch("hybridseq::kernels::attention::backward[tiled]", exec, plan.slots,
                  B::scratch_bytes(a.head_dim, g.dalpha != nullptr, a.dropout.active()),
+                 detail::attention_work(a.batch * a.heads * a.tq, a.tk, a.head_dim),
                  B{a, g, nq, plan.first_task.data(), plan.first_block.data(), plan.offset.data(), partial.data(),
                    plan.rows, detail::kernel_isa<T>(a.head_dim)});
   Kokkos::parallel_for("hybridseq::kernels::attention::dkv_sum",
