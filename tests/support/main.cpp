@@ -54,5 +54,7 @@ int main(int argc, char* argv[]) {
     }
     hybridseq::kernels::limit_isa(isa);
   }
-  return session.run();
+  // Catch2 returns the number of failed assertions: 77 of them must not read as "skipped".
+  const int rc = session.run();
+  return rc == skipped ? 1 : rc;
 }
