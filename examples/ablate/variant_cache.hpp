@@ -167,13 +167,21 @@ class VariantCache {
                          &log);
     if (rc == 0) rc = run_process({tool_.cmake, "--build", build, "-j", "1"}, &log);
     if (rc != 0) {
-      // A static_assert's verdict is the spec's and the toolchain's (both in the entry's key), so
-      // it is kept: a later run, or a rank waiting on the lock, refuses without compiling again.
-      // Any other failure may be the machine's (a full disk, a killed compiler) and is not kept.
+      // A static_assert's verdict follows from the spec, the toolchain and the headers, which
+      // the entry's path covers (the headers through the runner library's build), so it is
+      // kept: a later run, or a rank waiting on the lock, refuses without compiling again. Any
+      // other failure may be the machine's (a full disk, a killed compiler) and is not kept.
       const std::string error = first_compile_error(log);
-      if (error.rfind(static_assertion_prefix, 0) == 0) write(failed, error);
+      std::string kept;
+      if (error.rfind(static_assertion_prefix, 0) == 0) {
+        try {
+          write(failed, error);
+        } catch (const std::exception& e) {  // the compile error is the news; say why it is not kept
+          kept = std::string("; the verdict was not kept in the cache: ") + e.what();
+        }
+      }
       fail<config_error>("hybridseq-ablate", label, ": the variant did not compile: ", error,
-                         " (full log: ", log.string(), ")");
+                         " (full log: ", log.string(), ")", kept);
     }
     std::filesystem::rename(entry / "build" / "hybridseq-ablate-variant", exe);
     return {Build::Source::compiled, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),

@@ -202,12 +202,13 @@ HYBRIDSEQ_HOST_FORCEINLINE void mask_scores(T* st, std::int64_t p_first, std::in
 /// Sᵀ ← exp(Sᵀ − m), l ← l·c + Σⱼ Sᵀⱼ, with c = exp(m_old − m) left in `corr` for O.
 /// m starts at the lowest finite value rather than −inf, so that a query that has seen only
 /// masked keys gets c = exp(0) and P = exp(−inf) = 0 instead of NaNs.
+/// `lanes` (a multiple of the vector width, at most tile_q) are the query lanes in use.
 template <class S, class T>
-HYBRIDSEQ_HOST_FORCEINLINE void online_softmax(T* st, std::int64_t cols, T* m, T* l, T* corr) {
+HYBRIDSEQ_HOST_FORCEINLINE void online_softmax(T* st, std::int64_t cols, int lanes, T* m, T* l, T* corr) {
   using V = typename S::V;
   constexpr int W = S::lanes;
   T mx[tile_q], sum[tile_q];
-  for (int i = 0; i < tile_q; i += W) {  // the max as vectors: GCC will not if-convert a float select
+  for (int i = 0; i < lanes; i += W) {  // the max as vectors: GCC will not if-convert a float select
     V v;
     simd::load(v, m + i);
     for (std::int64_t j = 0; j < cols; ++j) {
@@ -217,12 +218,12 @@ HYBRIDSEQ_HOST_FORCEINLINE void online_softmax(T* st, std::int64_t cols, T* m, T
     }
     simd::store(mx + i, v);
   }
-  for (int i = 0; i < tile_q; ++i) corr[i] = exp_in_loop(m[i] - mx[i]), m[i] = mx[i], sum[i] = 0;
+  for (int i = 0; i < lanes; ++i) corr[i] = exp_in_loop(m[i] - mx[i]), m[i] = mx[i], sum[i] = 0;
   for (std::int64_t j = 0; j < cols; ++j) {
     T* sj = st + j * tile_q;
-    for (int i = 0; i < tile_q; ++i) sj[i] = exp_in_loop(sj[i] - mx[i]), sum[i] += sj[i];
+    for (int i = 0; i < lanes; ++i) sj[i] = exp_in_loop(sj[i] - mx[i]), sum[i] += sj[i];
   }
-  for (int i = 0; i < tile_q; ++i) l[i] = l[i] * corr[i] + sum[i];
+  for (int i = 0; i < lanes; ++i) l[i] = l[i] * corr[i] + sum[i];
 }
 
 /// Forward: one task per (batch, head, query tile).
@@ -251,6 +252,9 @@ struct Forward {
     const int dh = a.head_dim;
     const std::int64_t n = a.tk, i0 = qt * tile_q, rows = std::min<std::int64_t>(tile_q, a.tq - i0);
     const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    // The query lanes the tile products and the softmax run over: the rows rounded up to whole
+    // vectors, so that a short tile (a decoding step's one row) costs a vector, not a tile.
+    const int lanes = int((rows + S::lanes - 1) / S::lanes * S::lanes);
 
     T* s = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_k * tile_q));
     T* q_t = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q * dh));
@@ -267,10 +271,10 @@ struct Forward {
     for (std::int64_t k0 = kb / tile_k * tile_k; k0 < ke; k0 += tile_k) {
       const std::int64_t cols = std::min<std::int64_t>(tile_k, n - k0);
       const T* k = a.k.row(b, k0, hk);
-      simd::gemm(shape, int(cols), tile_q, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false);
+      simd::gemm(shape, int(cols), lanes, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false);
       if (!tile_is_interior<Scheme, T>(p_first, p_last, k0, cols, n))
         mask_scores<Scheme>(s, p_first, rows, k0, cols, n);
-      online_softmax<S>(s, cols, m, l, corr);
+      online_softmax<S>(s, cols, lanes, m, l, corr);
       if (a.dropout.active())  // after the row sums: the normaliser is the undropped one
         for (std::int64_t j = 0; j < cols; ++j)
           for (std::int64_t i = 0; i < rows; ++i) s[j * tile_q + i] *= a.dropout_factor(b, h, i0 + i, k0 + j);
@@ -492,10 +496,12 @@ class InlineTeam {
    public:
     Scratch(std::byte* begin, std::byte* end) : next_(begin), end_(end) {}
     void* get_shmem(std::size_t bytes) {
+      const std::size_t take = aligned(bytes), left = std::size_t(end_ - next_);
+      if (take > left)
+        fail<error>("hybridseq::kernels::attention::InlineTeam", "scratch overrun: ", take, " bytes asked, ", left,
+                    " left");
       void* p = next_;
-      next_ += aligned(bytes);
-      if (next_ > end_)
-        fail<error>("hybridseq::kernels::attention::InlineTeam", "scratch overrun by ", next_ - end_, " bytes");
+      next_ += take;
       return p;
     }
 
@@ -503,14 +509,16 @@ class InlineTeam {
     std::byte *next_, *end_;
   };
 
+  /// `scratch` holds the kernel's bytes plus a cache line, so that the arena can start on one.
   InlineTeam(std::int64_t task, std::vector<std::byte>& scratch)
-      : task_(task), scratch_(scratch.data(), scratch.data() + scratch.size()) {}
+      : task_(task), scratch_(line_start(scratch.data()), scratch.data() + scratch.size()) {}
   std::int64_t league_rank() const { return task_; }
   Scratch& team_shmem() const { return scratch_; }
 
   /// Sizes round up to cache lines; the kernels' scratch sizes are multiples of a tile row of
   /// floats (256 bytes), so this adds nothing to what they ask for.
   static std::size_t aligned(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+  static std::byte* line_start(std::byte* p) { return p + (64 - reinterpret_cast<std::uintptr_t>(p) % 64) % 64; }
 
  private:
   std::int64_t task_;
@@ -527,7 +535,7 @@ void launch(const char* label, const Space& exec, std::int64_t tasks, std::size_
   if constexpr (core::host_space<Space>) {
     if (core::runs_inline<Space>(work)) {
       thread_local std::vector<std::byte> buffer;
-      if (buffer.size() < scratch) buffer.resize(scratch);
+      if (buffer.size() < scratch + 64) buffer.resize(scratch + 64);
       for (std::int64_t task = 0; task < tasks; ++task) f(InlineTeam(task, buffer));
       return;
     }
@@ -538,7 +546,10 @@ void launch(const char* label, const Space& exec, std::int64_t tasks, std::size_
 
 /// Light element updates of an attention launch over `rows` query rows of `keys` keys each: a
 /// multiply-add of the micro-kernel, vectorised with its operands in registers, counts an
-/// eighth of one.
+/// eighth of one. The rows are the queries asked for, not the lanes a tile pads them to (a
+/// vector's width at least): a decoding step, one query per head, is counted by its one row and
+/// so runs on the calling thread up to long histories, off the thread pool like the rest of a
+/// decoding step (design.md, "Threads").
 inline std::int64_t attention_work(std::int64_t rows, std::int64_t keys, int head_dim) {
   return rows * keys * head_dim / 8;
 }
