@@ -150,6 +150,10 @@ class LanguageModel {
     return loss(ws, ids, targets, s, api_of("forward"));
   }
 
+  /// The targets a forward's loss scored (its mean's denominator): those not ignored, among
+  /// the last logit_time(T) positions.
+  std::int64_t scored_targets(const Saved& s) const { return s.head.count; }
+
   /// Accumulates every parameter gradient of dloss · loss.
   void backward(core::Workspace<Space>& ws, const Saved& s, T dloss = T(1)) requires core::TrainableBranch<Body> {
     core::WorkspaceScope scope(ws);

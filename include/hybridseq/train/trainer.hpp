@@ -27,7 +27,8 @@
 /// other splits the order still is fixed for a given P: runs repeat exactly; across P they
 /// agree to rounding). After the sum every rank holds the same global gradient, so the norm
 /// and clipping are global and every rank takes the same optimizer step; the step's loss is the
-/// mean of all A micro-batch losses, added in micro-batch order, the same on every rank.
+/// mean over the scored targets of all A micro-batches (their summed losses added in
+/// micro-batch order), the same on every rank.
 /// At construction the ranks check that they agree on the model (parameter count, tensor
 /// count, a hash of the names and shapes) and on the options that must match. Rank 0 alone
 /// reports progress and writes checkpoints (recording the world size); every rank reads the
@@ -73,7 +74,8 @@ using TokenBatch = tasks::TokenBatch<Space>;
 
 struct TrainerOptions {
   std::int64_t steps = 1000;  // optimizer steps; must equal schedule.total_steps
-  int accumulation = 1;       // micro-batches per step (over all ranks); the step's loss is their mean
+  int accumulation = 1;       // micro-batches per step (over all ranks); the step's loss is the
+                              // mean over all their scored targets
   double clip = 1.0;          // global gradient-norm bound; 0 disables clipping
   Schedule schedule{};        // the learning rate of every step (the optimizer has none of its own)
   AdamWOptions adamw{};
@@ -278,11 +280,24 @@ class Trainer {
   double gradients(Source& source, TrainSummary& summary) {
     core::zero_grad(model_);
     double loss = 0;
+    std::int64_t scored = 0;
     for (int micro = 0; micro < options_.accumulation; ++micro) {
-      loss += double(train_micro(source, micro));
+      loss += train_micro(source, micro);
+      scored += scored_;
       summary.tokens += tokens_;
     }
-    return loss / options_.accumulation;
+    return finish_mean(loss, scored);
+  }
+
+  /// With accumulation, micro-batch j's gradient is that of its summed loss (n_j targets times
+  /// its mean), so the step's gradient is the sum's; this divides it, and the summed losses, by
+  /// the step's n = Σ n_j: the mean over every scored target of the step, whatever the split
+  /// (a mean of micro-batch means would weight a micro-batch of few targets like a full one).
+  double finish_mean(double summed_loss, std::int64_t scored) {
+    if (options_.accumulation == 1) return summed_loss;  // already the mean
+    if (scored == 0) return 0;
+    core::for_each_parameter(model_, [&](std::string_view, auto& p) { detail::scale(p.grad(), 1.0 / double(scored)); });
+    return summed_loss / double(scored);
   }
 
   /// The data-parallel step (see the file comment): this rank's micro-batches, each from a
@@ -292,12 +307,13 @@ class Trainer {
   template <class Source>
   double shard_gradients(Source& source, TrainSummary& summary, bool& stop) {
     const int per_rank = options_.accumulation / comm_.size();
-    std::vector<Tensor<T*, Space>> level;  // level[l]: a pending partial sum of 2^l micro-batches, or empty
-    std::vector<double> mine(per_rank + 2);
-    std::int64_t tokens = 0;
+    std::vector<Tensor<T*, Space>> level;    // level[l]: a pending partial sum of 2^l micro-batches, or empty
+    std::vector<double> mine(per_rank + 3);  // summed losses, then scored targets, tokens, stop
+    std::int64_t scored = 0, tokens = 0;
     for (int j = 0; j < per_rank; ++j) {
       core::zero_grad(model_);
-      mine[j] = double(train_micro(source, comm_.rank() * per_rank + j));
+      mine[j] = train_micro(source, comm_.rank() * per_rank + j);
+      scored += scored_;
       tokens += tokens_;
       Tensor<T*, Space> sum = take_buffer();
       pack(sum);
@@ -326,23 +342,27 @@ class Trainer {
     unpack(total);
     spare_.push_back(total);
 
-    mine[per_rank] = double(tokens);
-    mine[per_rank + 1] = options_.stop_requested && options_.stop_requested() ? 1 : 0;
+    mine[per_rank] = double(scored);
+    mine[per_rank + 1] = double(tokens);
+    mine[per_rank + 2] = options_.stop_requested && options_.stop_requested() ? 1 : 0;
     const std::vector<double> all = gather(mine);
     double loss = 0;
+    std::int64_t step_scored = 0;
     for (int r = 0; r < comm_.size(); ++r) {
       const double* theirs = all.data() + std::size_t(r) * mine.size();
       for (int j = 0; j < per_rank; ++j) loss += theirs[j];  // micro-batch order: the plain loop's sum
-      summary.tokens += std::int64_t(theirs[per_rank]);
-      stop = stop || theirs[per_rank + 1] != 0;  // one rank's signal stops all, at the same step
+      step_scored += std::int64_t(theirs[per_rank]);
+      summary.tokens += std::int64_t(theirs[per_rank + 1]);
+      stop = stop || theirs[per_rank + 2] != 0;  // one rank's signal stops all, at the same step
     }
-    return loss / options_.accumulation;
+    return finish_mean(loss, step_scored);
   }
 
-  /// One micro-batch's forward and backward (gradients added, scaled by 1/accumulation);
-  /// returns its loss and leaves its token count in tokens_.
+  /// One micro-batch's forward and backward, gradients added: of its mean loss without
+  /// accumulation, else of its summed loss (finish_mean divides). Returns that loss and leaves
+  /// its scored targets in scored_ and its input tokens in tokens_.
   template <class Source>
-  T train_micro(Source& source, int micro) {
+  double train_micro(Source& source, int micro) {
     constexpr const char* api = "hybridseq::train::Trainer::run";
     const TokenBatch<Space> batch = source(step_, micro);
     // An empty batch would "train" on loss 0 and report it as a result.
@@ -355,7 +375,13 @@ class Trainer {
     core::TrainingPass training(ws_, options_.data_seed,
                                 std::uint64_t(step_) * std::uint64_t(options_.accumulation) + std::uint64_t(micro));
     tokens_ = std::int64_t(batch.ids.size());
-    return model_.train_step(ws_, batch.ids, batch.targets, T(1) / T(options_.accumulation));
+    core::WorkspaceScope scope(ws_);
+    typename Model::Saved saved;
+    const T mean = model_.forward(ws_, batch.ids, batch.targets, saved);
+    scored_ = model_.scored_targets(saved);
+    const std::int64_t times = options_.accumulation == 1 ? 1 : scored_;
+    model_.backward(ws_, saved, T(times));
+    return double(mean) * double(times);
   }
 
   Tensor<T*, Space> take_buffer() {
@@ -459,6 +485,7 @@ class Trainer {
   core::Workspace<Space> ws_;
   std::vector<Tensor<T*, Space>> spare_;  // flat gradient buffers between steps (data-parallel path)
   std::int64_t tokens_ = 0;               // the last micro-batch's input tokens
+  std::int64_t scored_ = 0;               // and the targets its loss scored
   std::int64_t step_ = 0;
 };
 
