@@ -66,24 +66,29 @@ struct ArchResult {
 
 namespace detail {
 
+/// A latent model (PerceiverAR and kin) predicts only its last logit_time(T) positions; a
+/// target before them counts as missed, so its accuracy is over the same positions as every
+/// other model's.
 template <class Model>
 tasks::Accuracy evaluate(Model& model, core::Workspace<typename Model::execution_space>& ws, const tasks::AnyTask& task,
                          std::uint64_t seed, int batches, int batch, int min_len, int max_len) {
   using Space = typename Model::execution_space;
+  constexpr std::int32_t missed = -1;  // no token: never equal to a target
   tasks::Accuracy total;
   for (int i = 0; i < batches; ++i) {
     const auto b = tasks::make_batch(task, seed, std::uint64_t(i), batch, min_len, max_len);
     auto [ids, targets] = tasks::to_device<Space>(b);
-    Tensor<typename Model::scalar_type***, Space> logits("logits", b.batch, b.len, model.vocab_size());
+    const int rows = int(Model::logit_time(b.len)), first = b.len - rows;
+    Tensor<typename Model::scalar_type***, Space> logits("logits", b.batch, rows, model.vocab_size());
     model.logits(ws, ids, logits);
     auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits);
-    std::vector<std::int32_t> pred(std::size_t(b.batch) * b.len);
+    std::vector<std::int32_t> pred(std::size_t(b.batch) * b.len, missed);
     for (int r = 0; r < b.batch; ++r)
-      for (int t = 0; t < b.len; ++t) {
+      for (int t = 0; t < rows; ++t) {
         int best = 0;
         for (int v = 1; v < int(model.vocab_size()); ++v)
           if (h(r, t, v) > h(r, t, best)) best = v;
-        pred[std::size_t(r) * b.len + t] = best;
+        pred[std::size_t(r) * b.len + first + t] = best;
       }
     tasks::accumulate(total, b, pred);
   }
@@ -105,6 +110,7 @@ ArchResult run_experiment(const std::string& name, const spec::Runtime& runtime,
   options.vocab = runtime.vocab ? runtime.vocab : task_vocab;
   options.tie_embeddings = runtime.tied;
   options.embed_dropout = runtime.embed_dropout;
+  options.init_std = runtime.init_std;
   if constexpr (requires {
                   options.alpha;
                   options.beta_init;
@@ -143,6 +149,17 @@ ArchResult run_experiment(const std::string& name, const spec::Runtime& runtime,
                        " ranks training each variant together (--ranks data-parallel)");
   const int micro_batch = config.batch / ranks;
   to.accumulation = ranks;
+  // A latent model scores its last M positions and needs at least M: every length it will see
+  // (batches are padded to their longest length) is checked before training, not after.
+  if constexpr (requires { Model::latents; }) {
+    std::vector<int> lengths{config.max_len};
+    lengths.insert(lengths.end(), config.eval_lengths.begin(), config.eval_lengths.end());
+    for (int len : lengths)
+      if (len < Model::latents)
+        fail<config_error>("hybridseq-ablate", name, " has ", Model::latents,
+                           " latents and needs sequences at least that long; this run pads to ", len,
+                           " (--max-len or --eval-lengths)");
+  }
   // Training at max_len and evaluating eval_batch sequences (logits included) at the longest
   // evaluated length must fit in memory: checked before either allocates.
   int longest = config.max_len;

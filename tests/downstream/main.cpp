@@ -2,7 +2,9 @@
 // checks one value, so a broken install (headers, config, dependencies) fails here; then
 // builds the model that hybridseq_add_variants generated from tiny_hybrid.json and checks it
 // is the spec's architecture: the same parameters as the library's own [SSM, TF] type with
-// the spec's options (16 tokens, 2 repetitions, tied head), and finite logits.
+// the spec's options (16 tokens, 2 repetitions, tied head), and finite logits; and the same for
+// tiny_perceiver.json's PerceiverAR (logits on its 4 latents only; N(0, 0.02) initialisation,
+// so its biases start at 0).
 #include <cmath>
 #include <cstdio>
 
@@ -50,5 +52,28 @@ int main(int argc, char** argv) {
               static_cast<long long>(core::parameter_count(model)),
               static_cast<long long>(core::parameter_count(reference)), finite ? "finite" : "NOT FINITE",
               same && finite ? "ok" : "WRONG");
-  return ok && same && finite ? 0 : 1;
+
+  downstream::TinyPerceiver perceiver(downstream::TinyPerceiver_options());
+  core::initialize(perceiver, 1);
+  using PerceiverReference = models::PerceiverAr<16, models::PerceiverArShape{8, 2, 4, 4, 32}>;
+  PerceiverReference perceiver_reference;
+  Tensor<float***, Kokkos::DefaultExecutionSpace> latent_logits("latent_logits", 2, 4, perceiver.vocab_size());
+  perceiver.logits(mws, ids, latent_logits);
+  auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, latent_logits);
+  bool perceiver_finite = true;
+  for (int t = 0; t < 4; ++t)
+    for (int v = 0; v < 16; ++v) perceiver_finite = perceiver_finite && std::isfinite(hp(1, t, v));
+  bool zero_biases = true;
+  core::for_each_parameter(perceiver, [&](std::string_view, auto& p) {
+    if (p.role() != core::Role::bias) return;
+    auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, p.value());
+    for (std::size_t i = 0; i < hb.extent(0); ++i) zero_biases = zero_biases && hb(i) == 0;
+  });
+  const bool perceiver_same = core::parameter_count(perceiver) == core::parameter_count(perceiver_reference);
+  std::printf("downstream: TinyPerceiver from its spec: %lld parameters, reference %lld, logits %s, biases %s (%s)\n",
+              static_cast<long long>(core::parameter_count(perceiver)),
+              static_cast<long long>(core::parameter_count(perceiver_reference)),
+              perceiver_finite ? "finite" : "NOT FINITE", zero_biases ? "0" : "NOT 0",
+              perceiver_same && perceiver_finite && zero_biases ? "ok" : "WRONG");
+  return ok && same && finite && perceiver_same && perceiver_finite && zero_biases ? 0 : 1;
 }

@@ -274,6 +274,46 @@ TEST_CASE("models: dropout acts in training passes only, with masks fixed by (se
   REQUIRE_THROWS_WITH(Model(bad), Catch::Contains("Options::dropout.p must be in [0, 1), got 2"));
 }
 
+TEST_CASE("models: init_std draws every matrix and the embeddings from N(0, std), biases 0, the rest unchanged",
+          "[models][host]") {
+  using Model = cases::HybridTiny<double, Kokkos::Serial>;
+  typename Model::Options normal;
+  normal.init_std = 0.02;
+  Model own, model(normal);
+  core::initialize(own, 5);
+  core::initialize(model, 5);
+  std::map<std::string, std::vector<double>> before;
+  core::for_each_parameter(
+      own, [&](std::string_view name, auto& p) { before[std::string(name)] = testing::to_vector(p.value()); });
+  int matrices = 0, biases = 0, kept = 0;
+  core::for_each_parameter(model, [&](std::string_view name, auto& p) {
+    const auto v = testing::to_vector(p.value());
+    INFO(name);
+    if ((p.role() == core::Role::weight && p.rank() == 2) || p.role() == core::Role::embedding) {
+      double sq = 0;
+      for (double x : v) sq += x * x;
+      const double std = std::sqrt(sq / double(v.size()));
+      CHECK(std > 0.02 * (1 - 4 / std::sqrt(double(v.size()))));  // 4 standard errors of the estimate
+      CHECK(std < 0.02 * (1 + 4 / std::sqrt(double(v.size()))));
+      ++matrices;
+    } else if (p.role() == core::Role::bias) {
+      CHECK(std::all_of(v.begin(), v.end(), [](double x) { return x == 0; }));
+      const auto& was = before[std::string(name)];
+      biases += std::any_of(was.begin(), was.end(), [](double x) { return x != 0; });
+    } else {
+      CHECK(v == before[std::string(name)]);  // conv kernels, norm gains, A_log, D
+      ++kept;
+    }
+  });
+  CHECK(matrices >= 6);  // Mamba's in, x, dt and out projections, attention's, the embedding table
+  CHECK(biases >= 2);    // zeroed, though their own init is not: Mamba's conv and dt biases
+  CHECK(kept >= 3);
+  normal.init_std = -0.02;
+  REQUIRE_THROWS_WITH(Model(normal),
+                      "hybridseq::models::LanguageModel: Options::init_std must be >= 0 (0: the "
+                      "layers' own), got -0.02");
+}
+
 TEST_CASE("models: PHA sets DeepNorm's alpha from its depth; beta-init scales V, W_o and FFNs", "[models][host]") {
   using Pha = models::Pha<11, cases::pha_tiny, models::PhaLayout{.branch_norm = false}, double, Kokkos::Serial>;
   typename Pha::Options o;

@@ -9,8 +9,10 @@
 #   -DMODE=data-parallel  -DTOOL=… -DMPIEXEC=… -DCACHE=<dir> -DWORK_DIR=<dir>   (after MODE=cache)
 #       the same spec trained data-parallel on 2 ranks, every rank running the variant's
 #       executable from the cache: the model of the single-process run, a first-step loss of
-#       about ln 34 and a result; a run mixing the variant with a compiled-in preset is refused before
-#       anything is built.
+#       about ln 34 and a result; without dropout (a runtime option: the same executable) the
+#       2-rank run's first-step loss is the single-process one's to 5 digits (the step is the
+#       mean over the whole batch's targets, however it is split); a run mixing the variant
+#       with a compiled-in preset is refused before anything is built.
 # Fails unless results.0.<field> is the same in both JSON texts, for every field named.
 function(expect_same_fields one two)
   foreach(field ${ARGN})
@@ -64,14 +66,35 @@ if(MODE STREQUAL "data-parallel")
   if(NOT source STREQUAL "cache" OR NOT loss GREATER 0)
     message(FATAL_ERROR "data-parallel result: compile source '${source}', final loss ${loss}")
   endif()
-  # Both start from a uniform guess over the task's 34 tokens, ln 34 = 3.526. (The two runs'
-  # losses differ in the fourth digit, as a compiled-in preset's do: not bit for bit.)
+  # Both start from a uniform guess over the task's 34 tokens, ln 34 = 3.526 (their dropout
+  # masks differ: one mask for the batch against one per rank's micro-batch).
   message("first-step loss: one process ${start_one}, data-parallel ${start_two}")
   foreach(start ${start_one} ${start_two})
     if(NOT start GREATER 3.47 OR NOT start LESS 3.58)
       message(FATAL_ERROR "a first-step loss of ${start} is not about ln 34 = 3.526")
     endif()
   endforeach()
+
+  # Dropout masks are keyed by the micro-batch, so only a run without dropout can match.
+  string(REPLACE [=["embed_dropout": 0.1]=] [=["embed_dropout": 0]=] plain "${spec}")
+  execute_process(COMMAND "${TOOL}" --arch "${plain}" ${common} --json "${WORK_DIR}/plain_one.json"
+                  RESULT_VARIABLE rc_one OUTPUT_VARIABLE out_one ERROR_VARIABLE err_one)
+  execute_process(COMMAND "${MPIEXEC}" -n 2 "${TOOL}" --arch "${plain}" ${common} --ranks data-parallel
+                          --json "${WORK_DIR}/plain_two.json" RESULT_VARIABLE rc_two OUTPUT_VARIABLE out_two
+                          ERROR_VARIABLE err_two)
+  if(NOT rc_one EQUAL 0 OR NOT rc_two EQUAL 0)
+    message(FATAL_ERROR "without dropout: exit ${rc_one} (one process), ${rc_two} (2 ranks)\n${err_one}${err_two}")
+  endif()
+  file(READ "${WORK_DIR}/plain_one.json" one)
+  file(READ "${WORK_DIR}/plain_two.json" two)
+  string(JSON start_one GET "${one}" results 0 loss_curve 0)
+  string(JSON start_two GET "${two}" results 0 loss_curve 0)
+  message("first-step loss without dropout: one process ${start_one}, 2 ranks ${start_two}")
+  string(SUBSTRING "${start_one}" 0 6 digits_one)
+  string(SUBSTRING "${start_two}" 0 6 digits_two)
+  if(NOT digits_one STREQUAL digits_two)
+    message(FATAL_ERROR "the 2-rank step is not the single-process one: ${start_one} vs ${start_two}")
+  endif()
 
   set(mixed --arch ssm --arch "${spec}" ${common} --ranks data-parallel)
   execute_process(COMMAND "${MPIEXEC}" -n 2 "${TOOL}" ${mixed} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

@@ -44,6 +44,7 @@ struct Runtime {
   std::int64_t vocab = 0;    // 0: the task's own vocabulary
   bool tied = false;         // the LM head uses the embedding table
   double embed_dropout = 0;  // on the embeddings, in training passes
+  double init_std = 0;       // > 0: N(0, σ) matrices and embeddings, zero biases (core::use_normal_init)
   double alpha = 0;          // PHA: DeepNorm's α (0: (2N)^{1/4})
   bool beta_init = false;    // PHA: DeepNorm's β-scaled initialisation
 };
@@ -54,7 +55,7 @@ struct Variant {
   json type;        // the compile-time part of `spec`: what the C++ type depends on
   std::string cpp;  // the C++ type, fully qualified
   Runtime runtime;
-  std::string model;  // "stack", "pha" or "ecp"
+  std::string model;  // "stack", "pha", "ecp" or "perceiver_ar"
 
   /// `type` as one line: the key of compiled variants (registrations, the on-disk cache).
   std::string type_key() const { return type.dump(); }
@@ -362,6 +363,43 @@ inline std::string ecp_model(Reader& top, const std::string& T) {
          ", hybridseq::DefaultSpace>";
 }
 
+/// {"model": "perceiver_ar", "block": {...}}: the latent models of the ECP paper's family
+/// (PerceiverAR, Double and Compressed-Double attention), scored on their M latent rows.
+inline std::string perceiver_model(Reader& top, const std::string& T) {
+  Reader r = block_reader(top, R"({"d": 64, "latents": 32})");
+  const std::string attention = r.choice("attention", {"perceiver", "double", "compressed_double"}, "perceiver");
+  const int d = r.integer("d", 1, max_width, std::nullopt);
+  const int heads = r.integer("heads", 1, 1024, 2);
+  const int head_dim = split_head_dim(r, d, heads, "the heads split the width");
+  const int latents = r.integer("latents", 1, 1 << 20, std::nullopt);
+  const int ffn = r.integer("ffn", 1, max_width * 16, 4 * d);
+  const bool rope = r.boolean("rope", true);
+  const std::string common = std::to_string(d) + ", " + std::to_string(heads) + ", " + std::to_string(head_dim) + ", " +
+                             std::to_string(latents) + ", " + std::to_string(ffn);
+  const std::string tail = std::string(rope ? "true" : "false") + "}, " + T + ", hybridseq::DefaultSpace>";
+  std::string cpp;
+  if (attention == "perceiver") {
+    cpp = "hybridseq::models::PerceiverAr<hybridseq::core::dynamic, hybridseq::models::PerceiverArShape{" + common +
+          ", " + tail;
+  } else if (attention == "double") {
+    const int split = r.integer("split", 0, 1 << 20, 0);  // 0: the history attends bidirectionally
+    cpp = "hybridseq::models::DoubleAttentionAr<hybridseq::core::dynamic, hybridseq::models::DoubleAttentionShape{" +
+          common + ", " + std::to_string(split) + ", " + tail;
+  } else {
+    const int history = r.integer("history", 1, 1 << 24, std::nullopt);
+    const int compressed = r.integer("compressed", 0, 1 << 24, 0);  // 0: history / 4
+    if (compressed == 0 && history < 4)
+      refuse(r.at("history"), std::to_string(history) + " compresses to no rows at history / 4 (or give compressed)");
+    cpp =
+        "hybridseq::models::CompressedDoubleAttentionAr<hybridseq::core::dynamic, "
+        "hybridseq::models::CompressedDoubleShape{" +
+        common + ", " + std::to_string(history) + ", " + std::to_string(compressed) + ", " + tail;
+  }
+  r.finish();
+  top.out()["block"] = r.out();
+  return cpp;
+}
+
 /// Replaces every string value "$name" by vars[name]; refuses unknown variables.
 inline json substitute(const json& j, const json& vars, const std::string& path) {
   if (j.is_string()) {
@@ -422,11 +460,12 @@ inline Variant parse(const json& spec, const json& overrides = json::object()) {
 
   detail::Reader top(body, "");
   Variant v;
-  v.model = top.choice("model", {"stack", "pha", "ecp"}, std::nullopt);
+  v.model = top.choice("model", {"stack", "pha", "ecp", "perceiver_ar"}, std::nullopt);
   const std::string T = top.choice("scalar", {"float", "double"}, "float");
   if (v.model == "stack") v.cpp = detail::stack_model(top, T);
   if (v.model == "pha") v.cpp = detail::pha_model(top, T);
   if (v.model == "ecp") v.cpp = detail::ecp_model(top, T);
+  if (v.model == "perceiver_ar") v.cpp = detail::perceiver_model(top, T);
   v.type = top.out();  // everything so far is compile-time
 
   v.runtime.repeat = top.integer("repeat", 1, 1 << 16, 1);
@@ -442,6 +481,7 @@ inline Variant parse(const json& spec, const json& overrides = json::object()) {
   }
   v.runtime.tied = top.boolean("tied", false);
   v.runtime.embed_dropout = top.number("embed_dropout", 0, 1, true, 0.0);
+  v.runtime.init_std = top.number("init_std", 0, 1, false, 0.0);
   if (v.model == "pha") {
     v.runtime.alpha = top.number("alpha", 0, 1e6, false, 0.0);
     v.runtime.beta_init = top.boolean("beta_init", false);
@@ -482,6 +522,7 @@ inline std::string options_code(const Variant& v, std::string_view o) {
   if (v.runtime.vocab) s += p + ".vocab = " + std::to_string(v.runtime.vocab) + ";\n";
   s += p + ".tie_embeddings = " + (v.runtime.tied ? "true" : "false") + ";\n";
   s += p + ".embed_dropout = " + json(v.runtime.embed_dropout).dump() + ";\n";
+  if (v.runtime.init_std > 0) s += p + ".init_std = " + json(v.runtime.init_std).dump() + ";\n";
   if (v.model == "pha") {
     s += p + ".alpha = " + json(v.runtime.alpha).dump() + ";\n";
     s += p + ".beta_init = " + std::string(v.runtime.beta_init ? "true" : "false") + ";\n";

@@ -76,6 +76,8 @@ class Parameter {
   std::int64_t numel() const { return static_cast<std::int64_t>(value_.extent(0)); }
   Role role() const { return role_; }
   const Init& init() const { return init_; }
+  /// Replaces how `initialize` fills the value (a model-wide scheme, see use_normal_init).
+  void set_init(const Init& init) { init_ = init; }
 
  private:
   template <class DataType>
@@ -180,6 +182,20 @@ std::int64_t parameter_count(Module& module) {
 template <class Module>
 void zero_grad(Module& module) {
   for_each_parameter(module, [](std::string_view, auto& p) { zero(p.grad()); });
+}
+
+/// The GPT-2 / Hugging Face scheme over a whole module, in place of its layers' own: every
+/// matrix (a rank-2 weight: projections, an untied head, Mamba's dt projection, GSS's C) and
+/// the embedding table drawn from N(0, std), every bias 0; convolution kernels, norm gains
+/// and scalars (A_log, D, mixing and temperature scalars) keep their layers' initialisation.
+/// Takes effect at the next `initialize`.
+template <class Module>
+void use_normal_init(Module& module, double std) {
+  if (!(std > 0 && std < 1e6)) fail<value_error>("hybridseq::core::use_normal_init", "std is ", std, ", must be > 0");
+  for_each_parameter(module, [&](std::string_view, auto& p) {
+    if ((p.role() == Role::weight && p.rank() == 2) || p.role() == Role::embedding) p.set_init(Init::normal(std));
+    if (p.role() == Role::bias) p.set_init(Init::zeros());
+  });
 }
 
 /// Initialises every parameter from its `Init`, with a random stream derived from its dotted

@@ -97,6 +97,7 @@ class LanguageModel {
     std::int64_t vocab = 0;       // V when Vocab is core::dynamic (0: the type's)
     bool tie_embeddings = false;  // the head uses the embedding table E (V, D) as its weight
     double embed_dropout = 0;     // on the embeddings x = E[ids], in training passes
+    double init_std = 0;          // > 0: core::use_normal_init(σ) over the model; 0: the layers' own
 
     template <class F>
     void for_each_child(F&& f) {
@@ -135,6 +136,10 @@ class LanguageModel {
               o.tie_embeddings ? layers::LmHeadWeight::shared : layers::LmHeadWeight::owned),
         embed_dropout_(o.embed_dropout) {
     core::check_dropout("hybridseq::models::LanguageModel", "Options::embed_dropout", o.embed_dropout);
+    if (!(o.init_std >= 0 && o.init_std < 1e6))
+      fail<value_error>("hybridseq::models::LanguageModel", "Options::init_std must be >= 0 (0: the layers' own), got ",
+                        o.init_std);
+    if (o.init_std > 0) core::use_normal_init(*this, o.init_std);
   }
 
   /// V: Vocab, or Options::vocab when Vocab is core::dynamic.

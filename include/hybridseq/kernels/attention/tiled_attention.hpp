@@ -202,9 +202,10 @@ HYBRIDSEQ_HOST_FORCEINLINE void mask_scores(T* st, std::int64_t p_first, std::in
 /// Sᵀ ← exp(Sᵀ − m), l ← l·c + Σⱼ Sᵀⱼ, with c = exp(m_old − m) left in `corr` for O.
 /// m starts at the lowest finite value rather than −inf, so that a query that has seen only
 /// masked keys gets c = exp(0) and P = exp(−inf) = 0 instead of NaNs.
-/// `lanes` (a multiple of the vector width, at most tile_q) are the query lanes in use.
-template <class S, class T>
-HYBRIDSEQ_HOST_FORCEINLINE void online_softmax(T* st, std::int64_t cols, int lanes, T* m, T* l, T* corr) {
+/// `lanes` (a multiple of the vector width, at most tile_q) are the query lanes in use: an int,
+/// or std::integral_constant<int, tile_q> for a full tile, whose loops then have a fixed count.
+template <class S, class T, class Lanes>
+HYBRIDSEQ_HOST_FORCEINLINE void online_softmax(T* st, std::int64_t cols, Lanes lanes, T* m, T* l, T* corr) {
   using V = typename S::V;
   constexpr int W = S::lanes;
   T mx[tile_q], sum[tile_q];
@@ -274,7 +275,10 @@ struct Forward {
       simd::gemm(shape, int(cols), lanes, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false);
       if (!tile_is_interior<Scheme, T>(p_first, p_last, k0, cols, n))
         mask_scores<Scheme>(s, p_first, rows, k0, cols, n);
-      online_softmax<S>(s, cols, lanes, m, l, corr);
+      if (lanes == tile_q)
+        online_softmax<S>(s, cols, std::integral_constant<int, tile_q>{}, m, l, corr);
+      else
+        online_softmax<S>(s, cols, lanes, m, l, corr);
       if (a.dropout.active())  // after the row sums: the normaliser is the undropped one
         for (std::int64_t j = 0; j < cols; ++j)
           for (std::int64_t i = 0; i < rows; ++i) s[j * tile_q + i] *= a.dropout_factor(b, h, i0 + i, k0 + j);
