@@ -198,6 +198,17 @@ inline int split_head_dim(Reader& r, int d, int heads, const std::string& why) {
   return r.integer("head_dim", 1, max_width, d / heads);
 }
 
+/// A block's width `d` (required), `heads` (2) and `head_dim` (d / heads): ECP's and the
+/// PerceiverAR family's attention widths.
+struct HeadSplit {
+  int d, heads, head_dim;
+};
+inline HeadSplit split_heads(Reader& r) {
+  const int d = r.integer("d", 1, max_width, std::nullopt);
+  const int heads = r.integer("heads", 1, 1024, 2);
+  return {d, heads, split_head_dim(r, d, heads, "the heads split the width")};
+}
+
 /// The model's "block" object, required.
 inline Reader block_reader(Reader& top, const std::string& example) {
   const json* block = top.raw("block");
@@ -348,9 +359,7 @@ inline std::string pha_model(Reader& top, const std::string& T) {
 /// {"model": "ecp", "block": {...}}: the ECP Transformer (models::EcpShape), clean or faithful.
 inline std::string ecp_model(Reader& top, const std::string& T) {
   Reader r = block_reader(top, R"({"d": 64, "segment": 32})");
-  const int d = r.integer("d", 1, max_width, std::nullopt);
-  const int heads = r.integer("heads", 1, 1024, 2);
-  const int head_dim = split_head_dim(r, d, heads, "the heads split the width");
+  const auto [d, heads, head_dim] = split_heads(r);
   const int segment = r.integer("segment", 1, 1 << 20, std::nullopt);
   const int ffn = r.integer("ffn", 1, max_width * 16, 4 * d);
   const bool rope = r.boolean("rope", true);
@@ -368,9 +377,7 @@ inline std::string ecp_model(Reader& top, const std::string& T) {
 inline std::string perceiver_model(Reader& top, const std::string& T) {
   Reader r = block_reader(top, R"({"d": 64, "latents": 32})");
   const std::string attention = r.choice("attention", {"perceiver", "double", "compressed_double"}, "perceiver");
-  const int d = r.integer("d", 1, max_width, std::nullopt);
-  const int heads = r.integer("heads", 1, 1024, 2);
-  const int head_dim = split_head_dim(r, d, heads, "the heads split the width");
+  const auto [d, heads, head_dim] = split_heads(r);
   const int latents = r.integer("latents", 1, 1 << 20, std::nullopt);
   const int ffn = r.integer("ffn", 1, max_width * 16, 4 * d);
   const bool rope = r.boolean("rope", true);
