@@ -158,7 +158,8 @@ class Workspace {
   void reserve(std::size_t bytes) {
     if (!live_.empty() || (!chunks_.empty() && chunks_[0].extent(0) >= bytes)) return;
     chunks_.clear();
-    chunks_.emplace_back("hybridseq::core::Workspace::chunk", std::max(chunk_bytes_, bytes));
+    chunks_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, "hybridseq::core::Workspace::chunk"),
+                         std::max(chunk_bytes_, bytes));
     current_ = offset_ = in_use_ = 0;
   }
 
@@ -197,7 +198,8 @@ class Workspace {
       std::size_t next = chunks_.empty() ? 0 : current_ + 1;
       while (next < chunks_.size() && chunks_[next].extent(0) < padded) ++next;
       if (next >= chunks_.size()) {
-        chunks_.emplace_back("hybridseq::core::Workspace::chunk", std::max(chunk_bytes_, padded));
+        chunks_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, "hybridseq::core::Workspace::chunk"),
+                             std::max(chunk_bytes_, padded));
         next = chunks_.size() - 1;
       }
       current_ = next;
@@ -226,7 +228,8 @@ class Workspace {
     return it->second;
   }
 
-  // Chunk storage is raw bytes; View allocations are aligned well beyond 64 bytes.
+  // Chunk storage is raw bytes, left uninitialised (allocations are uninitialised tensors);
+  // View allocations are aligned well beyond 64 bytes.
   std::vector<Kokkos::View<std::byte*, typename Space::memory_space>> chunks_;
   std::size_t chunk_bytes_;
   std::size_t current_ = 0, offset_ = 0, in_use_ = 0, peak_ = 0;

@@ -36,6 +36,7 @@
 #include "../core/check.hpp"
 #include "../core/spaces.hpp"
 #include "../core/workspace.hpp"
+#include "elementwise.hpp"
 #include "gemm.hpp"
 
 namespace hybridseq::kernels {
@@ -812,7 +813,9 @@ void dss_conv_fft_launch(const Space& exec, core::Workspace<Space>& ws, DssConvF
   f.tw = tw;
   f.workers = std::min<std::int64_t>(core::compat::concurrency(exec), groups);
   f.scratch = ws.template allocate<T**>("dss.fft_scratch", f.workers, dss_fft_scratch<T, Space>(m, f.backward));
-  Kokkos::parallel_for(label, Kokkos::RangePolicy<Space, Kokkos::Schedule<Kokkos::Static>>(exec, 0, f.workers), f);
+  // One index per worker, each a whole group loop: `elementwise` runs it inside the copy
+  // compiled for the host's ISA, so the lane loops of the transforms use its FMA and encoding.
+  elementwise<T>(label, exec, f.workers, len * m * h / f.workers, f);
 }
 
 inline std::int64_t dss_vandermonde_chunk(std::int64_t chunk, std::int64_t len) {

@@ -25,9 +25,13 @@ namespace detail {
 /// (core::inline_work) has a block for each of several threads.
 inline constexpr std::int64_t elementwise_block_work = std::int64_t(1) << 12;
 
+// The loop calls a local copy of the kernel: its members (pointers, extents, scalars) then
+// stay in registers, where through `f` every store to an output could alias them, reloading
+// them per element and keeping the loop scalar.
 template <class F>
 HYBRIDSEQ_HOST_FORCEINLINE void elementwise_loop(const F& f, std::int64_t begin, std::int64_t end) {
-  for (std::int64_t i = begin; i < end; ++i) f(i);
+  const F local = f;
+  for (std::int64_t i = begin; i < end; ++i) local(i);
 }
 #if HYBRIDSEQ_ISA_DISPATCH
 template <class F>

@@ -43,6 +43,7 @@
 #include "../../core/error.hpp"
 #include "../../core/parallel.hpp"
 #include "../../core/spaces.hpp"
+#include "../elementwise.hpp"
 #include "../exp.hpp"
 #include "../isa.hpp"
 #include "segment_schemes.hpp"
@@ -374,8 +375,8 @@ struct Backward {
   AttentionArgs<T> a;
   AttentionGrads<T> g;
   std::int64_t n_qtiles;
-  const std::int64_t *first_task, *first_block, *offset;
-  T* partial;
+  const std::int64_t *first_task, *first_block, *last_block, *offset;
+  T* partial;  // uninitialised: each slot zeroes its own blocks
   std::int64_t partial_rows;
   Isa isa;
 
@@ -402,6 +403,12 @@ struct Backward {
     T* dq = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_q * dh));
     T* lse = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_q));
     T* delta = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_q));
+    const std::int64_t slot_values = (last_block[slot] - first_block[slot] + 1) * a.tk * dh;
+    if (slot_values > 0) {
+      T* slot_dk = partial + offset[slot] * dh;
+      std::fill(slot_dk, slot_dk + slot_values, T(0));
+      std::fill(slot_dk + partial_rows * dh, slot_dk + partial_rows * dh + slot_values, T(0));
+    }
 
     for (std::int64_t task = first_task[slot]; task < first_task[slot + 1]; ++task) {
       const std::int64_t qt = task % n_qtiles, hb = task / n_qtiles, block = hb / group;
@@ -588,23 +595,23 @@ template <class Scheme, class T, class Space>
 void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads<T>& g) {
   static_assert(runs_on<Space>, "hybridseq::kernels::attention::tiled: host execution spaces only");
   if (a.batch * a.tq == 0) return;
-  Kokkos::parallel_for("hybridseq::kernels::attention::delta",
-                       Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.heads * a.tq), detail::Delta<T, Space>{a, g});
+  elementwise<T>("hybridseq::kernels::attention::delta", exec, a.batch * a.heads * a.tq, a.head_dim,
+                 detail::Delta<T, Space>{a, g});
   const std::int64_t nq = query_tiles(a.tq);
   const detail::SlotPlan plan = detail::plan_slots<Scheme>(a, nq);
-  // Zero-filled: a slot's block starts from 0 and only adds.
-  const Kokkos::View<T*, typename Space::memory_space> partial("hybridseq::kernels::attention::dkv_partial",
-                                                               2 * plan.rows * a.head_dim);
+  // Each slot zeroes its blocks as it starts (on its thread: no separate fill pass).
+  const Kokkos::View<T*, typename Space::memory_space> partial(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "hybridseq::kernels::attention::dkv_partial"),
+      2 * plan.rows * a.head_dim);
   using B = detail::Backward<Scheme, T, Space>;
   detail::launch("hybridseq::kernels::attention::backward[tiled]", exec, plan.slots,
                  B::scratch_bytes(a.head_dim, g.dalpha != nullptr, a.dropout.active()),
                  detail::attention_work(a.batch * a.heads * a.tq, a.tk, a.head_dim),
-                 B{a, g, nq, plan.first_task.data(), plan.first_block.data(), plan.offset.data(), partial.data(),
-                   plan.rows, detail::kernel_isa<T>(a.head_dim)});
-  Kokkos::parallel_for("hybridseq::kernels::attention::dkv_sum",
-                       Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.kv_heads * a.tk),
-                       detail::SumSlots<T, Space>{a, g, plan.slots, plan.first_block.data(), plan.last_block.data(),
-                                                  plan.offset.data(), partial.data(), plan.rows});
+                 B{a, g, nq, plan.first_task.data(), plan.first_block.data(), plan.last_block.data(),
+                   plan.offset.data(), partial.data(), plan.rows, detail::kernel_isa<T>(a.head_dim)});
+  elementwise<T>("hybridseq::kernels::attention::dkv_sum", exec, a.batch * a.kv_heads * a.tk, 2 * a.head_dim,
+                 detail::SumSlots<T, Space>{a, g, plan.slots, plan.first_block.data(), plan.last_block.data(),
+                                            plan.offset.data(), partial.data(), plan.rows});
   exec.fence();  // the plan and the partial buffers go out of scope here
 }
 
