@@ -158,8 +158,7 @@ class Workspace {
   void reserve(std::size_t bytes) {
     if (!live_.empty() || (!chunks_.empty() && chunks_[0].extent(0) >= bytes)) return;
     chunks_.clear();
-    chunks_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, "hybridseq::core::Workspace::chunk"),
-                         std::max(chunk_bytes_, bytes));
+    add_chunk(bytes);
     current_ = offset_ = in_use_ = 0;
   }
 
@@ -198,8 +197,7 @@ class Workspace {
       std::size_t next = chunks_.empty() ? 0 : current_ + 1;
       while (next < chunks_.size() && chunks_[next].extent(0) < padded) ++next;
       if (next >= chunks_.size()) {
-        chunks_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, "hybridseq::core::Workspace::chunk"),
-                             std::max(chunk_bytes_, padded));
+        add_chunk(padded);
         next = chunks_.size() - 1;
       }
       current_ = next;
@@ -218,6 +216,13 @@ class Workspace {
     return p;
   }
 
+  // A chunk of at least `bytes` (the chunk size otherwise), left uninitialised: allocations
+  // are uninitialised tensors.
+  void add_chunk(std::size_t bytes) {
+    chunks_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, "hybridseq::core::Workspace::chunk"),
+                         std::max(chunk_bytes_, bytes));
+  }
+
   std::size_t label_id(std::string_view label) {
     auto it = label_ids_.find(label);
     if (it == label_ids_.end()) {
@@ -228,8 +233,7 @@ class Workspace {
     return it->second;
   }
 
-  // Chunk storage is raw bytes, left uninitialised (allocations are uninitialised tensors);
-  // View allocations are aligned well beyond 64 bytes.
+  // Chunk storage is raw bytes; View allocations are aligned well beyond 64 bytes.
   std::vector<Kokkos::View<std::byte*, typename Space::memory_space>> chunks_;
   std::size_t chunk_bytes_;
   std::size_t current_ = 0, offset_ = 0, in_use_ = 0, peak_ = 0;
