@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// Umbrella for hybridseq::core: spaces, tensors, errors and checks, flat tuple, concepts,
-/// RNG and initialisers, dropout masks and training passes, workspace, parameters and their visitor, describe().
+/// RNG and initialisers, dropout masks and training passes, workspace, parameters and their
+/// visitor, the final-gradient listener, describe().
 
 #include "core/check.hpp"
 #include "core/concepts.hpp"
@@ -10,6 +11,7 @@
 #include "core/dropout.hpp"
 #include "core/error.hpp"
 #include "core/flat_tuple.hpp"
+#include "core/gradient_listener.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/literal.hpp"
 #include "core/parallel.hpp"

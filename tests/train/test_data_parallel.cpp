@@ -4,7 +4,9 @@
 //   equivalence  2 ranks x 2 micro-batches equal 1 rank x 4 (MPI_COMM_SELF on rank 0) bit for bit
 //                (also 4 x 1: `mpirun -np 4 --oversubscribe test_data_parallel equivalence`):
 //                every loss, gradient norm and parameter, over 24 steps with clipping that
-//                bites, accumulation and dropout; and agree to rounding with the plain trainer
+//                bites, accumulation and dropout; and agree to rounding with the plain trainer.
+//                The sum across ranks overlapped with backward (a bucket per module, messages
+//                of 1 KB) equals the one after backward, and did start during backward
 //   resume       a 2-rank checkpoint resumed on 1 rank, and a 1-rank one on 2 ranks, continue
 //                bit-identically to the uninterrupted runs
 //   mismatch     rank 1 builds another model: every rank refuses at construction
@@ -128,6 +130,31 @@ int equivalence(parallel::Mpi& world) {
     train::Trainer fast(fast_model, options(global), parallel::Mpi(MPI_COMM_WORLD, {.reproducible = false}));
     expect_same(fast.run(s).log, run.log, fast_model, m, "MPI_Allreduce vs the tree on 2 ranks");
   }
+  // The sum across ranks started module by module during backward, in 1 KB messages (many
+  // buckets in flight, reaching the tree's levels in any order), against one sum after backward.
+  std::int64_t overlapped = 0;
+  if (world.size() > 1) {
+    auto eager_model = make_model(), after_model = make_model();
+    auto eager_options = options(global), after_options = options(global);
+    eager_options.gradient_bucket_bytes = 1;
+    after_options.gradient_bucket_bytes = 0;
+    train::Trainer eager(eager_model, eager_options, parallel::Mpi(MPI_COMM_WORLD, {.bucket_bytes = 1024}));
+    train::Trainer after(after_model, after_options, world);
+    const auto e = eager.run(s), a = after.run(s);
+    expect_same(e.log, run.log, eager_model, m, "sums overlapped with backward vs the default");
+    expect_same(a.log, run.log, after_model, m, "one sum after backward vs the default");
+    overlapped = e.overlapped_gradient_bytes;
+    // Everything but the embedding table (final only when backward returns) started its sum
+    // during backward, at every step.
+    std::int64_t early = 0;
+    core::for_each_parameter(eager_model, [&](std::string_view name, auto& p) {
+      if (!name.starts_with("embed.")) early += p.numel() * std::int64_t(sizeof(float)) * steps;
+    });
+    expect(overlapped == early, std::to_string(overlapped) + " gradient bytes started their sum during backward, " +
+                                    "expected every one but the embedding's: " + std::to_string(early));
+    expect(a.overlapped_gradient_bytes == 0,
+           "gradient_bucket_bytes = 0 overlapped " + std::to_string(a.overlapped_gradient_bytes) + " bytes");
+  }
   if (world.rank() != 0) return failures;
 
   // The reference: one rank trains the whole global batch.
@@ -151,9 +178,9 @@ int equivalence(parallel::Mpi& world) {
   expect(worst < 1e-4, "plain and data-parallel losses differ by " + std::to_string(worst) + " (relative)");
   std::printf(
       "equivalence: %lld steps bit-identical (%s vs 1 rank x 4), clipped at %lld; first/last loss %.6f "
-      "/ %.6f; plain accumulation differs by %.2e relative at most\n",
+      "/ %.6f; plain accumulation differs by %.2e relative at most; %lld gradient bytes overlapped with backward\n",
       static_cast<long long>(run.log.size()), layout.c_str(), static_cast<long long>(clipped), ref.log.front().loss,
-      ref.log.back().loss, worst);
+      ref.log.back().loss, worst, static_cast<long long>(overlapped));
   return failures;
 }
 

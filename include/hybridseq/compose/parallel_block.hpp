@@ -18,6 +18,7 @@
 #include "../core/decoding.hpp"
 #include "../core/dropout.hpp"
 #include "../core/flat_tuple.hpp"
+#include "../core/gradient_listener.hpp"
 #include "../core/options.hpp"
 #include "../core/workspace.hpp"
 #include "named.hpp"
@@ -117,9 +118,11 @@ class ParallelBlock {
     std::array<Tensor<T***, Space>, N> dh;
     for (auto& d : dh) d = ws.template allocate_zeroed<T***>("parallel_block.dh", dy.extent(0), dy.extent(1), d_out);
     mixer_.backward(s.mix, dy, dh);
+    core::gradients_final(ws, mixer_);
     core::for_each_indexed(branches_, [&](auto& branch, auto i) {
       core::apply_dropout(Space{}, s.dropout[i], core::flat(dh[i]));
       branch.backward(ws, core::get<i>(s.branch), dh[i], dx);
+      core::gradients_final(ws, branch);
     });
   }
 

@@ -10,6 +10,7 @@
 #include "../core/concepts.hpp"
 #include "../core/decoding.hpp"
 #include "../core/error.hpp"
+#include "../core/gradient_listener.hpp"
 #include "../core/options.hpp"
 #include "../core/workspace.hpp"
 
@@ -71,9 +72,11 @@ class Repeat {
     for (int i = size() - 1; i > 0; --i) {
       auto g = ws.template allocate_zeroed<T***>("repeat.grad", dy.extent(0), dy.extent(1), d_in);
       blocks_[i].backward(ws, s.block[i], grad, g);
+      core::gradients_final(ws, blocks_[i]);
       grad = g;
     }
     blocks_[0].backward(ws, s.block[0], grad, dx);
+    core::gradients_final(ws, blocks_[0]);
   }
 
   /// Arena use (core::Footprint): forward holds every block's output but the last under the

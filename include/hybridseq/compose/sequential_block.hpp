@@ -11,6 +11,7 @@
 #include "../core/concepts.hpp"
 #include "../core/decoding.hpp"
 #include "../core/flat_tuple.hpp"
+#include "../core/gradient_listener.hpp"
 #include "../core/options.hpp"
 #include "../core/workspace.hpp"
 #include "named.hpp"
@@ -150,11 +151,13 @@ class SequentialBlock {
     auto& layer = core::get<I>(layers_);
     if constexpr (I == 0) {
       layer.backward(ws, core::get<0>(s.layer), grad, dx);
+      core::gradients_final(ws, layer);
     } else {
       using L = std::remove_cvref_t<decltype(layer)>;
       auto d_in_grad =
           ws.template allocate_zeroed<T***>("sequential_block.grad", grad.extent(0), grad.extent(1), L::d_in);
       layer.backward(ws, core::get<I>(s.layer), grad, d_in_grad);
+      core::gradients_final(ws, layer);
       backward_from<I - 1>(ws, s, d_in_grad, dx);
     }
   }

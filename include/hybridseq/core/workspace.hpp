@@ -26,6 +26,8 @@
 
 namespace hybridseq::core {
 
+class GradientListener;  // core/gradient_listener.hpp
+
 /// Every Workspace allocation is padded to this many bytes (a cache line; enough for AVX-512).
 inline constexpr std::size_t workspace_alignment = 64;
 
@@ -172,6 +174,9 @@ class Workspace {
   /// The dropout sites of the current pass (core::TrainingPass turns them on).
   DropoutSites& dropout() { return dropout_; }
 
+  /// Who hears of final gradients during backward (core/gradient_listener.hpp); null: nobody.
+  GradientListener*& gradient_listener() { return gradient_listener_; }
+
   /// Bytes handed out and not yet released (alignment padding included).
   std::size_t bytes_in_use() const { return in_use_; }
   /// Largest `bytes_in_use()` since construction or the last `reset_peak()`.
@@ -249,6 +254,7 @@ class Workspace {
   std::vector<std::size_t> label_bytes_, peak_label_bytes_;
 
   DropoutSites dropout_;
+  GradientListener* gradient_listener_ = nullptr;
 };
 
 /// Releases everything allocated in a scope: `{ WorkspaceScope s(ws); ... }`.

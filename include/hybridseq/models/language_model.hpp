@@ -49,6 +49,7 @@
 #include "../core/check.hpp"
 #include "../core/concepts.hpp"
 #include "../core/decoding.hpp"
+#include "../core/gradient_listener.hpp"
 #include "../core/parameter.hpp"
 #include "../core/workspace.hpp"
 #include "../layers/embedding.hpp"
@@ -165,10 +166,13 @@ class LanguageModel {
     const auto b = s.y.extent(0), r = s.y.extent(1), t = s.x.extent(1);
     auto dy = ws.template allocate_zeroed<T***>("lm.dy", b, r, d_model);
     head_.backward(ws, s.head, dy, dloss, head_weight());  // tied: into E's gradient, ...
+    core::gradients_final(ws, head_);                      // (a tied head lists no parameter)
     auto dh = ws.template allocate_zeroed<T***>("lm.dh", b, r, d_model);
     norm_.backward(ws, s.norm, dy, dh);
+    core::gradients_final(ws, norm_);
     auto dx = ws.template allocate_zeroed<T***>("lm.dx", b, t, d_model);
     body_.backward(ws, s.body, dh, dx);
+    core::gradients_final(ws, body_);
     core::apply_dropout(Space{}, s.embed_dropout, core::flat(dx));
     embed_.backward(ws, s.embed, dx);  // ... which the lookup's then adds to
   }

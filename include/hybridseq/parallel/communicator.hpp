@@ -8,13 +8,18 @@
 ///   allgather(mine, all)   every rank's `mine` (doubles, the same count on every rank) into
 ///                          `all`, rank r's at [r·n, (r+1)·n): losses, token counts, stop
 ///                          requests, model fingerprints;
-///   sum_tree(buffer)       the element-wise sum of every rank's `buffer` (a flat gradient,
-///                          Tensor<T*, Space>), in place on every rank, added in one fixed
-///                          pairwise order over ranks: for d = 1, 2, 4, …, rank r with
-///                          r mod 2d = 0 adds rank r + d's partial to its own (own + theirs),
-///                          then rank 0's total goes to all. For a power-of-two world this is
-///                          the balanced binary tree over ranks, which is what lets a run on P
-///                          ranks reproduce one on 1 rank bit for bit (see the trainer);
+///   sum_tree_start(buffer) begins the element-wise sum of every rank's `buffer` (a flat
+///                          gradient or a piece of one, Tensor<T*, Space>), in place on every
+///                          rank, added in one fixed pairwise order over ranks: for d = 1, 2,
+///                          4, …, rank r with r mod 2d = 0 adds rank r + d's partial to its own
+///                          (own + theirs), then rank 0's total goes to all. For a power-of-two
+///                          world this is the balanced binary tree over ranks, which is what
+///                          lets a run on P ranks reproduce one on 1 rank bit for bit (see the
+///                          trainer). Every rank starts the same pieces in the same order; a
+///                          piece must not be touched until sum_tree_finish returns;
+///   sum_tree_progress()    moves the started sums on without waiting (the trainer calls it
+///                          between the modules of backward, so transfers overlap compute);
+///   sum_tree_finish()      waits until every started sum is complete;
 ///   rank(), size(), name() who this is, how many there are, and the backend (for messages).
 ///
 /// Backends: `SingleProcess` (here; the trainer's default, no dependency, nothing to set up),
@@ -41,7 +46,9 @@ concept Communicator = requires(C& c, const C& cc, std::span<const double> mine,
   { cc.size() } -> std::convertible_to<int>;
   { cc.name() } -> std::convertible_to<std::string_view>;
   c.allgather(mine, all);
-  // and `template <class T, class Space> void sum_tree(Tensor<T*, Space>)` (not expressible here)
+  c.sum_tree_progress();
+  c.sum_tree_finish();
+  // and `template <class T, class Space> void sum_tree_start(Tensor<T*, Space>)` (not expressible here)
 };
 
 /// One process, no communication: the sum over one rank is the rank's own buffer.
@@ -56,7 +63,9 @@ struct SingleProcess {
     std::copy(mine.begin(), mine.end(), all.begin());
   }
   template <class View>
-  void sum_tree(const View&) const {}
+  void sum_tree_start(const View&) const {}
+  void sum_tree_progress() const {}
+  void sum_tree_finish() const {}
 };
 
 static_assert(Communicator<SingleProcess>);

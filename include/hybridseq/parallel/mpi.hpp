@@ -19,7 +19,9 @@
 /// that dies outright is noticed by `mpirun` itself, which stops the others and names it.
 ///
 /// Gradients travel in buckets of `MpiOptions::bucket_bytes`, so a large model never needs one
-/// message of its full size and the receive buffer is one bucket.
+/// message of its full size. Every operation of a sum is non-blocking: sum_tree_start posts
+/// what it can, sum_tree_progress (called by the trainer between the modules of backward)
+/// moves each bucket on as its peers answer, so the transfers run while backward computes.
 
 #include <algorithm>
 #include <chrono>
@@ -27,6 +29,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string>
@@ -152,48 +155,74 @@ class Mpi {
     return out;
   }
 
-  /// The fixed-order tree sum of communicator.hpp (or, with `reproducible` off, MPI_Allreduce),
-  /// bucket by bucket, result on every rank.
+  /// Begins the fixed-order tree sum of communicator.hpp (or, with `reproducible` off,
+  /// MPI_Allreduce) of `buffer`, in messages of at most `bucket_bytes`; sum_tree_progress
+  /// moves it on, sum_tree_finish completes it.
   template <class T, class... P>
-  void sum_tree(const Kokkos::View<T*, P...>& buffer) {
+  void sum_tree_start(const Kokkos::View<T*, P...>& buffer) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                  "hybridseq::parallel::Mpi::sum_tree: float or double gradients");
+                  "hybridseq::parallel::Mpi::sum_tree_start: float or double gradients");
     if (size_ == 1) return;
     // A device buffer goes through a host copy; for host memory this is the buffer itself.
     auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, buffer);
-    const MPI_Datatype type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+    if (host.data() != buffer.data()) copy_back_.push_back([buffer, host] { Kokkos::deep_copy(buffer, host); });
     const std::size_t n = host.extent(0);
     const std::size_t bucket = std::max<std::size_t>(1, options_.bucket_bytes / sizeof(T));
-    incoming_.resize(std::min(n, bucket) * sizeof(T));
-    T* theirs = reinterpret_cast<T*>(incoming_.data());
     for (std::size_t begin = 0; begin < n; begin += bucket) {
-      const int count = int(std::min(bucket, n - begin));
-      T* own = host.data() + begin;
+      Bucket b;
+      b.own = host.data() + begin;
+      b.count = int(std::min(bucket, n - begin));
+      b.type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+      b.bytes = std::size_t(b.count) * sizeof(T);
+      b.add = [](void* own, const void* theirs, int count) {
+        T* o = static_cast<T*>(own);
+        const T* t = static_cast<const T*>(theirs);
+        for (int i = 0; i < count; ++i) o[i] = o[i] + t[i];  // lower ranks on the left, always
+      };
       if (!options_.reproducible) {
-        MPI_Request request;
-        check(MPI_Iallreduce(MPI_IN_PLACE, own, count, type, MPI_SUM, comm_, &request), "sum_tree all-reduce");
-        wait(request, "sum_tree (all-reduce)", -1);
-        continue;
+        // A collective: posted here, in start order, which is the same on every rank.
+        check(MPI_Iallreduce(MPI_IN_PLACE, b.own, b.count, b.type, MPI_SUM, comm_, &b.request), "sum_tree all-reduce");
+        b.phase = Phase::all_reducing;
       }
-      for (int d = 1; d < size_; d *= 2) {
-        if (rank_ % (2 * d) == 0) {
-          if (rank_ + d >= size_) continue;
-          MPI_Request request;
-          check(MPI_Irecv(theirs, count, type, rank_ + d, tag_, comm_, &request), "sum_tree receive");
-          wait(request, "sum_tree (receiving a partial sum)", rank_ + d);
-          for (int i = 0; i < count; ++i) own[i] = own[i] + theirs[i];  // lower ranks on the left, always
-        } else {
-          MPI_Request request;
-          check(MPI_Isend(own, count, type, rank_ - d, tag_, comm_, &request), "sum_tree send");
-          wait(request, "sum_tree (sending a partial sum)", rank_ - d);
-          break;
-        }
-      }
-      MPI_Request request;
-      check(MPI_Ibcast(own, count, type, 0, comm_, &request), "sum_tree broadcast");
-      wait(request, "sum_tree (broadcast of the sum)", 0);
+      buckets_.push_back(b);
     }
-    Kokkos::deep_copy(buffer, host);
+    sum_tree_progress();
+  }
+
+  /// Moves every started bucket as far as it goes without waiting.
+  void sum_tree_progress() {
+    for (std::size_t i = 0; i < buckets_.size(); ++i) advance(i);
+    // Broadcasts are collectives: posted in start order, as every rank posts them.
+    while (next_broadcast_ < buckets_.size() && buckets_[next_broadcast_].phase == Phase::reduced) {
+      Bucket& b = buckets_[next_broadcast_++];
+      check(MPI_Ibcast(b.own, b.count, b.type, 0, comm_, &b.request), "sum_tree broadcast");
+      b.phase = Phase::broadcasting;
+      advance(next_broadcast_ - 1);
+    }
+  }
+
+  /// Waits until every started bucket is summed on every rank. No wait is endless: a peer that
+  /// lets `timeout_seconds` pass without any bucket moving is named in an io_error.
+  void sum_tree_finish() {
+    auto last_move = std::chrono::steady_clock::now();
+    std::size_t moves = completed_steps_;
+    for (long polls = 0;; ++polls) {
+      sum_tree_progress();
+      if (std::all_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.phase == Phase::done; })) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (completed_steps_ != moves) {
+        moves = completed_steps_;
+        last_move = now;
+        polls = 0;
+      } else if (now - last_move > std::chrono::duration<double>(options_.timeout_seconds)) {
+        timed_out();
+      }
+      if (polls > 10000) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    for (const auto& copy : copy_back_) copy();
+    copy_back_.clear();
+    buckets_.clear();
+    next_broadcast_ = 0;
   }
 
  private:
@@ -227,11 +256,97 @@ class Mpi {
     }
   }
 
+  /// One message's worth of a started sum. Reproducible: the tree's levels d = 1, 2, 4, … in
+  /// turn (receive a partial and add it, or send ours and stop), then the broadcast from rank
+  /// 0; otherwise one all-reduce.
+  enum class Phase { reducing, receiving, sending, reduced, broadcasting, all_reducing, done };
+  struct Bucket {
+    void* own = nullptr;
+    int count = 0;
+    MPI_Datatype type = MPI_FLOAT;
+    std::size_t bytes = 0;
+    void (*add)(void* own, const void* theirs, int count) = nullptr;
+    Phase phase = Phase::reducing;
+    int d = 1;  // the tree level this rank is at
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+
+  /// Moves bucket i on until it waits for a peer (or is done).
+  void advance(std::size_t i) {
+    Bucket& b = buckets_[i];
+    for (;;) {
+      if (b.request != MPI_REQUEST_NULL) {
+        int done = 0;
+        check(MPI_Test(&b.request, &done, MPI_STATUS_IGNORE), "sum_tree");
+        if (!done) return;
+        ++completed_steps_;
+        if (b.phase == Phase::receiving) {
+          b.add(b.own, incoming_[i].data(), b.count);
+          b.d *= 2;
+          b.phase = Phase::reducing;
+        } else if (b.phase == Phase::sending) {
+          b.phase = Phase::reduced;  // this rank's part of the tree is over: on to the broadcast
+        } else {
+          b.phase = Phase::done;  // broadcast or all-reduce
+        }
+      }
+      if (b.phase != Phase::reducing) return;
+      if (b.d >= size_) {
+        b.phase = Phase::reduced;
+        return;
+      }
+      // Each bucket its own tag: buckets reach a level in any order, and a partial must meet
+      // the receive of its own bucket.
+      const int tag = tag_ + int(i % 16384);
+      if (rank_ % (2 * b.d) == 0) {
+        if (rank_ + b.d >= size_) {
+          b.d *= 2;
+          continue;
+        }
+        if (incoming_.size() <= i) incoming_.resize(i + 1);
+        incoming_[i].resize(b.bytes);
+        check(MPI_Irecv(incoming_[i].data(), b.count, b.type, rank_ + b.d, tag, comm_, &b.request), "sum_tree receive");
+        b.phase = Phase::receiving;
+      } else {
+        check(MPI_Isend(b.own, b.count, b.type, rank_ - b.d, tag, comm_, &b.request), "sum_tree send");
+        b.phase = Phase::sending;
+      }
+    }
+  }
+
+  /// The error of sum_tree_finish's deadline, naming what the first unfinished bucket waits for.
+  [[noreturn]] void timed_out() {
+    std::string what = "sum_tree", peer = "the other ranks";
+    for (const Bucket& b : buckets_) {
+      if (b.phase == Phase::done) continue;
+      if (b.phase == Phase::receiving) {
+        what = "sum_tree (receiving a partial sum)";
+        peer = "rank " + std::to_string(rank_ + b.d);
+      } else if (b.phase == Phase::sending) {
+        what = "sum_tree (sending a partial sum)";
+        peer = "rank " + std::to_string(rank_ - b.d);
+      } else if (b.phase == Phase::broadcasting) {
+        what = "sum_tree (broadcast of the sum)";
+        peer = "rank 0";
+      } else if (b.phase == Phase::all_reducing) {
+        what = "sum_tree (all-reduce)";
+      }
+      break;
+    }
+    detail::mpi_failed() = true;
+    fail<io_error>("hybridseq::parallel::Mpi", "rank ", rank_, " of ", size_, ": ", what, " timed out after ",
+                   options_.timeout_seconds, " s waiting for ", peer, " (a rank died, hangs or runs different code)");
+  }
+
   MPI_Comm comm_;
   MpiOptions options_;
   int rank_ = 0, size_ = 1;
-  int tag_ = 7301;  // the trainer's point-to-point messages; collectives are ordered by the communicator
-  std::vector<std::byte> incoming_;
+  int tag_ = 7301;  // the first of the trainer's point-to-point tags; collectives are ordered by the communicator
+  std::vector<Bucket> buckets_;                   // the started, unfinished sum's messages, in start order
+  std::vector<std::vector<std::byte>> incoming_;  // bucket i's receive buffer (kept between steps)
+  std::vector<std::function<void()>> copy_back_;  // host copies of device buffers, back after the sum
+  std::size_t next_broadcast_ = 0;                // buckets before it have posted their broadcast
+  std::size_t completed_steps_ = 0;               // MPI operations completed: sum_tree_finish's sign of life
 };
 
 static_assert(Communicator<Mpi>);

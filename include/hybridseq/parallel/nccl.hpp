@@ -120,11 +120,13 @@ class Nccl {
     s.sync("allgather");
   }
 
-  /// The fixed-order tree sum of communicator.hpp, result on every rank.
+  /// Queues the fixed-order tree sum of communicator.hpp of `buffer` on the communicator's
+  /// stream, result on every rank once sum_tree_finish returns. The GPU runs it beside the
+  /// kernels queued after this call (backward's next modules).
   template <class T, class... P>
-  void sum_tree(const Kokkos::View<T*, P...>& buffer) {
+  void sum_tree_start(const Kokkos::View<T*, P...>& buffer) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
-                  "hybridseq::parallel::Nccl::sum_tree: float or double gradients");
+                  "hybridseq::parallel::Nccl::sum_tree_start: float or double gradients");
     using Memory = typename Kokkos::View<T*, P...>::memory_space;
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible;
     auto& s = *state_;
@@ -133,6 +135,7 @@ class Nccl {
     const std::size_t bucket = host ? s.options.bucket_bytes / sizeof(T) : n;
     for (std::size_t begin = 0; begin < n; begin += bucket) {
       const std::size_t count = std::min(bucket, n - begin);
+      // Host buffers share one staging buffer: the stream runs its copies and reductions in order.
       T* data = host ? static_cast<T*>(s.staging) : buffer.data() + begin;
       if constexpr (host)
         check_cuda(cudaMemcpyAsync(data, buffer.data() + begin, count * sizeof(T), cudaMemcpyHostToDevice, s.stream),
@@ -141,9 +144,12 @@ class Nccl {
       if constexpr (host)
         check_cuda(cudaMemcpyAsync(buffer.data() + begin, data, count * sizeof(T), cudaMemcpyDeviceToHost, s.stream),
                    "cudaMemcpy (sum_tree)");
-      s.sync("sum_tree");
     }
   }
+  /// Nothing to do: the GPU moves the queued sums on by itself.
+  void sum_tree_progress() {}
+  /// Waits for every queued sum (within the deadline).
+  void sum_tree_finish() { state_->sync("sum_tree"); }
 
  private:
   struct State {

@@ -45,15 +45,19 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <type_traits>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../core/gradient_listener.hpp"
 #include "../core/parameter.hpp"
 #include "../core/threads.hpp"
 #include "../core/workspace.hpp"
@@ -88,6 +92,10 @@ struct TrainerOptions {
   // and returns early with `TrainSummary::stopped` set. Tools point it at a flag that their
   // SIGINT/SIGTERM handler sets, so an interrupted run loses no finished step.
   std::function<bool()> stop_requested{};
+  // Data-parallel runs: backward hands the last micro-batch's gradients to the sum across
+  // ranks module by module, in runs of at least this many bytes (PyTorch DDP's buckets), so
+  // the transfers overlap the rest of backward; 0: one sum after backward. Same bits either way.
+  std::size_t gradient_bucket_bytes = std::size_t(1) << 20;
 };
 
 struct StepLog {
@@ -100,6 +108,9 @@ struct StepLog {
 struct TrainSummary {
   std::vector<StepLog> log;
   std::int64_t tokens = 0;  // input tokens of this run, over all ranks
+  // Data-parallel runs: gradient bytes (per rank, over the run) whose sum across ranks started
+  // while backward still ran (TrainerOptions::gradient_bucket_bytes).
+  std::int64_t overlapped_gradient_bytes = 0;
   double seconds = 0;
   bool stopped = false;  // stop_requested() ended the run before `until`
   double tokens_per_second() const { return seconds > 0 ? double(tokens) / seconds : 0; }
@@ -303,7 +314,9 @@ class Trainer {
   /// The data-parallel step (see the file comment): this rank's micro-batches, each from a
   /// zero gradient, summed in a binary tree of flat buffers (level l holds the sum of 2^l
   /// consecutive micro-batches), then the tree sum across ranks, unpacked into the gradients.
-  /// Gathers the micro-batch losses, token counts and stop requests of every rank.
+  /// The last micro-batch's fold into the tree and the sum across ranks run piece by piece as
+  /// its backward finishes modules (GradientSum). Gathers the micro-batch losses, token counts
+  /// and stop requests of every rank.
   template <class Source>
   double shard_gradients(Source& source, TrainSummary& summary, bool& stop) {
     const int per_rank = options_.accumulation / comm_.size();
@@ -312,35 +325,18 @@ class Trainer {
     std::int64_t scored = 0, tokens = 0;
     for (int j = 0; j < per_rank; ++j) {
       core::zero_grad(model_);
-      mine[j] = train_micro(source, comm_.rank() * per_rank + j);
+      const Tensor<T*, Space> packed = take_buffer();
+      const bool last = j + 1 == per_rank;
+      GradientSum sum(*this, plan_fold(level, packed, last), packed, last);
+      {
+        std::optional<core::ListenToGradients<Space>> listen;
+        if (last && options_.gradient_bucket_bytes > 0) listen.emplace(ws_, sum);
+        mine[j] = train_micro(source, comm_.rank() * per_rank + j);
+      }
+      summary.overlapped_gradient_bytes += sum.finish();
       scored += scored_;
       tokens += tokens_;
-      Tensor<T*, Space> sum = take_buffer();
-      pack(sum);
-      std::size_t l = 0;
-      for (; l < level.size() && level[l].data(); ++l) {  // carry: earlier micro-batches on the left
-        detail::add_into<Space>(level[l], sum);
-        spare_.push_back(sum);
-        sum = level[l];
-        level[l] = {};
-      }
-      if (l == level.size()) level.emplace_back();
-      level[l] = sum;
     }
-    // Leftover partial sums (per_rank not a power of two): the older, larger ones on the left.
-    Tensor<T*, Space> total;
-    for (std::size_t l = level.size(); l-- > 0;) {
-      if (!level[l].data()) continue;
-      if (!total.data()) {
-        total = level[l];
-      } else {
-        detail::add_into<Space>(total, level[l]);
-        spare_.push_back(level[l]);
-      }
-    }
-    comm_.sum_tree(total);
-    unpack(total);
-    spare_.push_back(total);
 
     mine[per_rank] = double(scored);
     mine[per_rank + 1] = double(tokens);
@@ -357,6 +353,140 @@ class Trainer {
     }
     return finish_mean(loss, step_scored);
   }
+
+  /// The additions that fold a micro-batch's packed gradient into the pending partial sums:
+  /// a binary counter's carry (earlier micro-batches on the left), and for the last one the
+  /// leftovers too (the older, larger sums on the left), leaving the rank's total in `total`.
+  /// Buffers the additions empty are returned to spare_ by GradientSum::finish.
+  struct Fold {
+    std::vector<std::pair<Tensor<T*, Space>, Tensor<T*, Space>>> adds;  // left ← left + right, in order
+    Tensor<T*, Space> total;                                            // the last micro-batch: the rank's sum
+    std::vector<Tensor<T*, Space>> freed;
+  };
+  Fold plan_fold(std::vector<Tensor<T*, Space>>& level, Tensor<T*, Space> sum, bool last) {
+    Fold f;
+    std::size_t l = 0;
+    for (; l < level.size() && level[l].data(); ++l) {
+      f.adds.emplace_back(level[l], sum);
+      f.freed.push_back(sum);
+      sum = level[l];
+      level[l] = {};
+    }
+    if (l == level.size()) level.emplace_back();
+    level[l] = sum;
+    if (!last) return f;
+    for (std::size_t k = level.size(); k-- > 0;) {
+      if (!level[k].data()) continue;
+      if (!f.total.data()) {
+        f.total = level[k];
+      } else {
+        f.adds.emplace_back(f.total, level[k]);
+        f.freed.push_back(level[k]);
+      }
+      level[k] = {};
+    }
+    return f;
+  }
+
+  /// One micro-batch's gradients on their way into the step's sum, a piece (a run of
+  /// parameters, contiguous in the flat buffers) at a time: packed, folded into the partial
+  /// sums (Fold) and, for the last micro-batch, started across ranks. As a GradientListener it
+  /// hears backward announce final gradients (core/gradient_listener.hpp) and sends each run
+  /// once it holds gradient_bucket_bytes; finish() takes whatever backward did not announce.
+  /// Every rank hears the same announcements in the same order, so every rank starts the same
+  /// pieces in the same order, as the communicator requires. Piece by piece or whole, every
+  /// element sees the same additions in the same order: the bits do not depend on the pieces.
+  class GradientSum final : public core::GradientListener {
+   public:
+    GradientSum(Trainer& trainer, Fold fold, Tensor<T*, Space> packed, bool send)
+        : trainer_(trainer), fold_(std::move(fold)), packed_(packed), send_(send) {
+      std::int64_t at = 0;
+      core::for_each_parameter(trainer.model_, [&](std::string_view, auto& p) {
+        index_.emplace(p.grad().data(), grads_.size());
+        grads_.push_back(p.grad());
+        offsets_.push_back(at);
+        at += p.numel();
+      });
+      offsets_.push_back(at);
+      started_.assign(grads_.size(), false);
+    }
+
+    void gradient_final(const void* data) override {
+      const auto it = index_.find(data);
+      if (it == index_.end() || started_[it->second]) return;
+      const std::size_t i = it->second;
+      started_[i] = true;
+      if (lo_ == hi_) {
+        lo_ = i;
+        hi_ = i + 1;
+      } else if (i + 1 == lo_) {
+        lo_ = i;  // backward runs last to first: runs grow downwards
+      } else if (i == hi_) {
+        hi_ = i + 1;
+      } else {
+        flush();
+        lo_ = i;
+        hi_ = i + 1;
+      }
+    }
+    void module_final() override {
+      if (std::size_t(offsets_[hi_] - offsets_[lo_]) * sizeof(T) >= trainer_.options_.gradient_bucket_bytes) {
+        flush();
+      }
+      if (send_) trainer_.comm_.sum_tree_progress();
+    }
+
+    /// After backward: the rest in maximal runs, then (last micro-batch) the wait for the sum
+    /// across ranks and the unpacking into the gradients. Returns the bytes started during backward.
+    std::int64_t finish() {
+      const std::int64_t overlapped = sent_;
+      flush();
+      for (std::size_t i = 0; i < started_.size();) {
+        if (started_[i]) {
+          ++i;
+          continue;
+        }
+        lo_ = i;
+        while (i < started_.size() && !started_[i]) started_[i++] = true;
+        hi_ = i;
+        flush();
+      }
+      if (send_) {
+        trainer_.comm_.sum_tree_finish();
+        trainer_.unpack(fold_.total);
+        trainer_.spare_.push_back(fold_.total);
+      }
+      for (const auto& b : fold_.freed) trainer_.spare_.push_back(b);
+      return overlapped;
+    }
+
+   private:
+    /// Packs, folds and (last micro-batch) starts the run [lo_, hi_).
+    void flush() {
+      if (lo_ == hi_) return;
+      const std::pair<std::int64_t, std::int64_t> piece(offsets_[lo_], offsets_[hi_]);
+      for (std::size_t i = lo_; i < hi_; ++i)
+        Kokkos::deep_copy(Kokkos::subview(packed_, std::pair(offsets_[i], offsets_[i + 1])), grads_[i]);
+      for (const auto& [left, right] : fold_.adds)
+        detail::add_into<Space>(Kokkos::subview(left, piece), Kokkos::subview(right, piece));
+      if (send_) {
+        trainer_.comm_.sum_tree_start(Kokkos::subview(fold_.total, piece));
+        sent_ += (piece.second - piece.first) * std::int64_t(sizeof(T));
+      }
+      lo_ = hi_ = 0;
+    }
+
+    Trainer& trainer_;
+    Fold fold_;
+    Tensor<T*, Space> packed_;
+    bool send_;
+    std::vector<Tensor<T*, Space>> grads_;
+    std::vector<std::int64_t> offsets_;  // parameter i's gradient at [offsets_[i], offsets_[i + 1])
+    std::unordered_map<const void*, std::size_t> index_;
+    std::vector<bool> started_;
+    std::size_t lo_ = 0, hi_ = 0;  // the run of announced gradients not yet sent
+    std::int64_t sent_ = 0;        // bytes started across ranks
+  };
 
   /// One micro-batch's forward and backward, gradients added: of its mean loss without
   /// accumulation, else of its summed loss (finish_mean divides). Returns that loss and leaves
@@ -391,14 +521,7 @@ class Trainer {
     return b;
   }
 
-  /// The model's gradients into one contiguous buffer, in the parameter visitor's order.
-  void pack(const Tensor<T*, Space>& flat) {
-    std::int64_t at = 0;
-    core::for_each_parameter(model_, [&](std::string_view, auto& p) {
-      Kokkos::deep_copy(Kokkos::subview(flat, std::pair<std::int64_t, std::int64_t>(at, at + p.numel())), p.grad());
-      at += p.numel();
-    });
-  }
+  /// The flat sum back into the model's gradients, in the parameter visitor's order.
   void unpack(const Tensor<T*, Space>& flat) {
     std::int64_t at = 0;
     core::for_each_parameter(model_, [&](std::string_view, auto& p) {
@@ -431,7 +554,8 @@ class Trainer {
                                       double(options_.data_seed >> 32),
                                       double(options_.data_seed & 0xffffffffu),
                                       options_.clip,
-                                      options_.schedule.peak_lr};
+                                      options_.schedule.peak_lr,
+                                      double(options_.gradient_bucket_bytes)};
     const std::vector<double> all = gather(mine);
     auto hex = [](double hi, double lo) {
       char text[24];
@@ -449,7 +573,7 @@ class Trainer {
       if (!std::equal(a + 4, a + mine.size(), b + 4))
         fail<config_error>(api, "rank ", r, " trains with other options than rank 0: steps ", b[4], " vs ", a[4],
                            ", data seed ", hex(b[5], b[6]), " vs ", hex(a[5], a[6]), ", clip ", b[7], " vs ", a[7],
-                           ", peak lr ", b[8], " vs ", a[8]);
+                           ", peak lr ", b[8], " vs ", a[8], ", gradient_bucket_bytes ", b[9], " vs ", a[9]);
     }
   }
 
