@@ -12,8 +12,11 @@
 // Cache layout: <root>/<tool digest>/<type digest>/ holds spec.json (the full compile-time
 // key), the generated sources, compile.log and the executable, which is renamed into place
 // only once built; the tool digest covers the library version, the compiler and its flags and
-// the runner library's build (so edited headers never serve stale variants). Builders of one
-// entry serialise on <type digest>.lock (flock), so concurrent runs sharing a cache are safe.
+// the runner library's build (so edited headers never serve stale variants). A variant is not
+// compiled while a header is newer than the runner library: it would compile against the
+// edited headers and link a runner built from the old ones (two definitions of, say, the
+// Workspace in one program). Builders of one entry serialise on <type digest>.lock (flock),
+// so concurrent runs sharing a cache are safe.
 // A variant that fails a static_assert keeps that message in static_assert.txt instead of an
 // executable, so that it is compiled once, not once per run or per waiting rank.
 
@@ -29,6 +32,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -58,6 +62,7 @@ struct Toolchain {
   std::string cxx_flags = HYBRIDSEQ_ABLATE_CXX_FLAGS;
   std::string variant_cmake = HYBRIDSEQ_ABLATE_VARIANT_CMAKE;  // imports the runner, finds the packages
   std::string runner = HYBRIDSEQ_ABLATE_RUNNER;                // the runner library
+  std::string headers = HYBRIDSEQ_ABLATE_HEADERS;              // what variants include: directories, ':'-separated
 
   /// Names the cache directory of this build of the tool.
   std::string digest() const {
@@ -68,6 +73,24 @@ struct Toolchain {
               std::to_string(st.st_mtim.tv_nsec);
     return spec::digest(version + '\n' + cxx + '\n' + cxx_version + '\n' + build_type + '\n' + cxx_flags + '\n' +
                         variant_cmake + '\n' + runner + '\n' + stamp);
+  }
+
+  /// A header under `headers` modified after the runner library was built, if any.
+  std::optional<std::filesystem::path> header_newer_than_runner() const {
+    std::error_code ec;
+    const auto built = std::filesystem::last_write_time(runner, ec);
+    if (ec) return std::nullopt;  // no runner: the variant's build says so itself
+    for (std::size_t begin = 0; begin < headers.size();) {
+      const std::size_t end = std::min(headers.find(':', begin), headers.size());
+      const std::filesystem::path dir = headers.substr(begin, end - begin);
+      begin = end + 1;
+      if (!std::filesystem::is_directory(dir, ec)) continue;
+      for (const auto& e : std::filesystem::recursive_directory_iterator(dir, ec)) {
+        const auto ext = e.path().extension();
+        if ((ext == ".hpp" || ext == ".h") && e.is_regular_file(ec) && e.last_write_time(ec) > built) return e.path();
+      }
+    }
+    return std::nullopt;
   }
 };
 
@@ -149,6 +172,10 @@ class VariantCache {
       fail<config_error>("hybridseq-ablate", label, ": the variant did not compile: ", read(failed),
                          " (an earlier build's result, kept in the cache: full log ", log.string(), ")");
     }
+    if (const auto header = tool_.header_newer_than_runner())
+      fail<config_error>("hybridseq-ablate", label, ": ", header->string(), " changed after this tool was built (",
+                         tool_.runner, " is older); a variant compiles against the headers as they are and links that "
+                         "runner, so rebuild hybridseq-ablate before it compiles variants");
     const auto start = std::chrono::steady_clock::now();
     std::filesystem::remove_all(entry);
     std::filesystem::create_directories(entry);
