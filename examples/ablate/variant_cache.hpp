@@ -174,7 +174,8 @@ class VariantCache {
     }
     if (const auto header = tool_.header_newer_than_runner())
       fail<config_error>("hybridseq-ablate", label, ": ", header->string(), " changed after this tool was built (",
-                         tool_.runner, " is older); a variant compiles against the headers as they are and links that "
+                         tool_.runner,
+                         " is older); a variant compiles against the headers as they are and links that "
                          "runner, so rebuild hybridseq-ablate before it compiles variants");
     const auto start = std::chrono::steady_clock::now();
     std::filesystem::remove_all(entry);
