@@ -204,21 +204,12 @@ class Mpi {
   /// Waits until every started bucket is summed on every rank. No wait is endless: a peer that
   /// lets `timeout_seconds` pass without any bucket moving is named in an io_error.
   void sum_tree_finish() {
-    auto last_move = std::chrono::steady_clock::now();
-    std::size_t moves = completed_steps_;
-    for (long polls = 0;; ++polls) {
-      sum_tree_progress();
-      if (std::all_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.phase == Phase::done; })) break;
-      const auto now = std::chrono::steady_clock::now();
-      if (completed_steps_ != moves) {
-        moves = completed_steps_;
-        last_move = now;
-        polls = 0;
-      } else if (now - last_move > std::chrono::duration<double>(options_.timeout_seconds)) {
-        timed_out();
-      }
-      if (polls > 10000) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
+    poll_until(
+        [&] {
+          sum_tree_progress();
+          return std::all_of(buckets_.begin(), buckets_.end(), [](const Bucket& b) { return b.phase == Phase::done; });
+        },
+        [&] { sum_timed_out(); });
     for (const auto& copy : copy_back_) copy();
     copy_back_.clear();
     buckets_.clear();
@@ -235,25 +226,43 @@ class Mpi {
     fail<io_error>("hybridseq::parallel::Mpi", "rank ", rank_, ": ", what, " failed: ", std::string(text, length));
   }
 
-  /// Polls `request` until it completes or the deadline passes. Spins briefly (collectives of
-  /// small messages finish in microseconds), then sleeps between polls so a rank waiting for
-  /// a slow peer does not take that peer's core.
+  /// Polls `request` until it completes, within the deadline.
   void wait(MPI_Request& request, std::string_view what, int peer) {
-    const auto start = std::chrono::steady_clock::now();
-    const auto deadline = start + std::chrono::duration<double>(options_.timeout_seconds);
+    poll_until(
+        [&] {
+          int done = 0;
+          check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+          return done != 0;
+        },
+        [&] { timed_out(what, peer < 0 ? std::string("the other ranks") : "rank " + std::to_string(peer)); });
+  }
+
+  /// Calls `poll()` until it returns true. Spins briefly (collectives of small messages finish
+  /// in microseconds), then sleeps between polls so a rank waiting for a slow peer does not
+  /// take that peer's core. Calls `on_timeout()` (which throws) once `timeout_seconds` pass
+  /// without an MPI operation completing (completed_steps_, counted by advance()).
+  template <class Poll, class OnTimeout>
+  void poll_until(Poll poll, OnTimeout on_timeout) {
+    auto last_move = std::chrono::steady_clock::now();
+    std::size_t moves = completed_steps_;
     for (long polls = 0;; ++polls) {
-      int done = 0;
-      check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
-      if (done) return;
-      if (std::chrono::steady_clock::now() > deadline) {
-        detail::mpi_failed() = true;
-        fail<io_error>("hybridseq::parallel::Mpi", "rank ", rank_, " of ", size_, ": ", what, " timed out after ",
-                       options_.timeout_seconds, " s waiting for ",
-                       peer < 0 ? std::string("the other ranks") : "rank " + std::to_string(peer),
-                       " (a rank died, hangs or runs different code)");
+      if (poll()) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (completed_steps_ != moves) {
+        moves = completed_steps_;
+        last_move = now;
+        polls = 0;
+      } else if (now - last_move > std::chrono::duration<double>(options_.timeout_seconds)) {
+        on_timeout();
       }
       if (polls > 10000) std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
+  }
+
+  [[noreturn]] void timed_out(std::string_view what, const std::string& peer) {
+    detail::mpi_failed() = true;
+    fail<io_error>("hybridseq::parallel::Mpi", "rank ", rank_, " of ", size_, ": ", what, " timed out after ",
+                   options_.timeout_seconds, " s waiting for ", peer, " (a rank died, hangs or runs different code)");
   }
 
   /// One message's worth of a started sum. Reproducible: the tree's levels d = 1, 2, 4, … in
@@ -315,7 +324,7 @@ class Mpi {
   }
 
   /// The error of sum_tree_finish's deadline, naming what the first unfinished bucket waits for.
-  [[noreturn]] void timed_out() {
+  [[noreturn]] void sum_timed_out() {
     std::string what = "sum_tree", peer = "the other ranks";
     for (const Bucket& b : buckets_) {
       if (b.phase == Phase::done) continue;
@@ -333,9 +342,7 @@ class Mpi {
       }
       break;
     }
-    detail::mpi_failed() = true;
-    fail<io_error>("hybridseq::parallel::Mpi", "rank ", rank_, " of ", size_, ": ", what, " timed out after ",
-                   options_.timeout_seconds, " s waiting for ", peer, " (a rank died, hangs or runs different code)");
+    timed_out(what, peer);
   }
 
   MPI_Comm comm_;

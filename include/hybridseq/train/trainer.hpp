@@ -354,6 +354,14 @@ class Trainer {
     return finish_mean(loss, step_scored);
   }
 
+  /// Where each parameter's gradient sits in the flat buffers, in the parameter visitor's
+  /// order; built on first use (gradients are allocated once, with their parameters).
+  struct FlatLayout {
+    std::vector<Tensor<T*, Space>> grads;
+    std::vector<std::int64_t> offsets;                   // gradient i at [offsets[i], offsets[i + 1])
+    std::unordered_map<const void*, std::size_t> index;  // gradient data → i
+  };
+
   /// The additions that fold a micro-batch's packed gradient into the pending partial sums:
   /// a binary counter's carry (earlier micro-batches on the left), and for the last one the
   /// leftovers too (the older, larger sums on the left), leaving the rank's total in `total`.
@@ -399,21 +407,17 @@ class Trainer {
   class GradientSum final : public core::GradientListener {
    public:
     GradientSum(Trainer& trainer, Fold fold, Tensor<T*, Space> packed, bool send)
-        : trainer_(trainer), fold_(std::move(fold)), packed_(packed), send_(send) {
-      std::int64_t at = 0;
-      core::for_each_parameter(trainer.model_, [&](std::string_view, auto& p) {
-        index_.emplace(p.grad().data(), grads_.size());
-        grads_.push_back(p.grad());
-        offsets_.push_back(at);
-        at += p.numel();
-      });
-      offsets_.push_back(at);
-      started_.assign(grads_.size(), false);
-    }
+        : trainer_(trainer),
+          flat_(trainer.flat_layout()),
+          offsets_(flat_.offsets),
+          fold_(std::move(fold)),
+          packed_(packed),
+          send_(send),
+          started_(flat_.grads.size(), false) {}
 
     void gradient_final(const void* data) override {
-      const auto it = index_.find(data);
-      if (it == index_.end() || started_[it->second]) return;
+      const auto it = flat_.index.find(data);
+      if (it == flat_.index.end() || started_[it->second]) return;
       const std::size_t i = it->second;
       started_[i] = true;
       if (lo_ == hi_) {
@@ -466,7 +470,7 @@ class Trainer {
       if (lo_ == hi_) return;
       const std::pair<std::int64_t, std::int64_t> piece(offsets_[lo_], offsets_[hi_]);
       for (std::size_t i = lo_; i < hi_; ++i)
-        Kokkos::deep_copy(Kokkos::subview(packed_, std::pair(offsets_[i], offsets_[i + 1])), grads_[i]);
+        Kokkos::deep_copy(Kokkos::subview(packed_, std::pair(offsets_[i], offsets_[i + 1])), flat_.grads[i]);
       for (const auto& [left, right] : fold_.adds)
         detail::add_into<Space>(Kokkos::subview(left, piece), Kokkos::subview(right, piece));
       if (send_) {
@@ -477,12 +481,11 @@ class Trainer {
     }
 
     Trainer& trainer_;
+    const FlatLayout& flat_;
+    const std::vector<std::int64_t>& offsets_;
     Fold fold_;
     Tensor<T*, Space> packed_;
     bool send_;
-    std::vector<Tensor<T*, Space>> grads_;
-    std::vector<std::int64_t> offsets_;  // parameter i's gradient at [offsets_[i], offsets_[i + 1])
-    std::unordered_map<const void*, std::size_t> index_;
     std::vector<bool> started_;
     std::size_t lo_ = 0, hi_ = 0;  // the run of announced gradients not yet sent
     std::int64_t sent_ = 0;        // bytes started across ranks
@@ -523,11 +526,22 @@ class Trainer {
 
   /// The flat sum back into the model's gradients, in the parameter visitor's order.
   void unpack(const Tensor<T*, Space>& flat) {
+    const FlatLayout& layout = flat_layout();
+    for (std::size_t i = 0; i < layout.grads.size(); ++i)
+      Kokkos::deep_copy(layout.grads[i], Kokkos::subview(flat, std::pair(layout.offsets[i], layout.offsets[i + 1])));
+  }
+
+  const FlatLayout& flat_layout() {
+    if (!flat_layout_.offsets.empty()) return flat_layout_;
     std::int64_t at = 0;
     core::for_each_parameter(model_, [&](std::string_view, auto& p) {
-      Kokkos::deep_copy(p.grad(), Kokkos::subview(flat, std::pair<std::int64_t, std::int64_t>(at, at + p.numel())));
+      flat_layout_.index.emplace(p.grad().data(), flat_layout_.grads.size());
+      flat_layout_.grads.push_back(p.grad());
+      flat_layout_.offsets.push_back(at);
       at += p.numel();
     });
+    flat_layout_.offsets.push_back(at);
+    return flat_layout_;
   }
   std::vector<double> gather(const std::vector<double>& mine) {
     std::vector<double> all(mine.size() * std::size_t(comm_.size()));
@@ -608,6 +622,7 @@ class Trainer {
   Comm comm_;
   core::Workspace<Space> ws_;
   std::vector<Tensor<T*, Space>> spare_;  // flat gradient buffers between steps (data-parallel path)
+  FlatLayout flat_layout_;                // their layout (flat_layout())
   std::int64_t tokens_ = 0;               // the last micro-batch's input tokens
   std::int64_t scored_ = 0;               // and the targets its loss scored
   std::int64_t step_ = 0;
