@@ -267,6 +267,7 @@ void step_benchmark(benchmark::State& state) {
   auto& model = built.model;
   const Tokens tokens(b, t);
   core::Workspace<Space> ws;
+  if constexpr (Train) core::make_contiguous(model);  // as the Trainer does
   train::AdamW optimizer(model, train::AdamWOptions{});
   const auto step = [&] {
     if constexpr (Train) {

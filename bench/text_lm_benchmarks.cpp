@@ -2,7 +2,8 @@
 // as text_lm trains and decodes them, for the side-by-side comparison with PyTorch
 // (bench/vs_pytorch.py, docs/results.md):
 //
-//   text_lm_train/<arch>/B:16/T:128   one training step as text_lm's Trainer takes it:
+//   text_lm_train/<arch>/B:16/T:128   one training step as text_lm's Trainer takes it
+//                                     (parameters made contiguous once):
 //                                     zero_grad, forward + loss + backward, global-norm
 //                                     clipping at 1, AdamW step; counter tokens/s
 //   text_lm_decode/transformer/tokens:256   decoding: 256 given tokens fed one at a time
@@ -45,6 +46,7 @@ void train_step(benchmark::State& state, int layers) {
   fill_tokens<Space>(ids, text_lm::V);
   fill_tokens<Space>(targets, text_lm::V, 1);
   core::Workspace<Space> ws;
+  core::make_contiguous(model);  // as the Trainer does
   train::AdamW optimizer(model, train::AdamWOptions{.beta2 = 0.95, .weight_decay = 0.1});
   const auto step = [&] {
     core::zero_grad(model);

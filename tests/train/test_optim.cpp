@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <numbers>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include <hybridseq/io/safetensors.hpp>
 #include <hybridseq/train.hpp>
@@ -172,6 +175,105 @@ HYBRIDSEQ_SPACE_TEST_CASE("AdamW decay scope: matrices only, or every parameter"
     for (float x : get(m.b.value())) CHECK(x == Approx(other).epsilon(1e-6));    // bias
     CHECK(get(m.s.value())[0] == Approx(other).epsilon(1e-6));                   // scalar
   }
+}
+
+namespace {
+// Parameters of every role in declaration order weight, bias, gain, weight; the first is larger
+// than core::inline_work, so its passes run as parallel regions.
+template <class Space>
+struct Mixed {
+  using execution_space = Space;
+  core::Parameter<float, Space> w1{{256, 160}, core::Role::weight, core::Init::normal(0.5)};
+  core::Parameter<float, Space> b1{{160}, core::Role::bias, core::Init::normal(0.5)};
+  core::Parameter<float, Space> g{{160}, core::Role::norm_gain, core::Init::normal(0.5, 1)};
+  core::Parameter<float, Space> w2{{160, 7}, core::Role::weight, core::Init::normal(0.5)};
+  template <class V>
+  void visit_parameters(V&& visit) {
+    visit("w1", w1);
+    visit("b1", b1);
+    visit("g", g);
+    visit("w2", w2);
+  }
+};
+
+template <class Space>
+void set_gradients(Mixed<Space>& m, int step) {
+  int k = 0;
+  core::for_each_parameter(m, [&](std::string_view, auto& p) {
+    std::vector<float> g(std::size_t(p.numel()));
+    for (std::size_t i = 0; i < g.size(); ++i) g[i] = float(std::sin(0.37 * double(i) + 1.3 * k + 0.71 * step));
+    set(p.grad(), g);
+    ++k;
+  });
+}
+}  // namespace
+
+HYBRIDSEQ_SPACE_TEST_CASE("make_contiguous: one run per pass, same values, same training", "[train]") {
+  Mixed<TestType> separate, joined;
+  core::initialize(separate, 7);
+  core::initialize(joined, 7);
+  set_gradients(joined, -1);
+  const auto grad_before = get(joined.b1.grad());
+  core::make_contiguous(joined);
+  // Storage order: the decaying weights first, then the others, each in declaration order.
+  const float* base = joined.w1.value().data();
+  CHECK(joined.w2.value().data() == base + joined.w1.numel());
+  CHECK(joined.b1.value().data() == joined.w2.value().data() + joined.w2.numel());
+  CHECK(joined.g.value().data() == joined.b1.value().data() + joined.b1.numel());
+  CHECK(joined.g.grad().data() == joined.b1.grad().data() + joined.b1.numel());
+  CHECK(get(joined.b1.grad()) == grad_before);  // contents moved with the storage
+  core::for_each_parameter(separate, [&](std::string_view name, auto& p) {
+    core::for_each_parameter(joined, [&](std::string_view other, auto& q) {
+      if (name == other) CHECK(get(p.value()) == get(q.value()));
+    });
+  });
+  int runs = 0, separate_runs = 0;
+  core::for_each_run(
+      joined, [](auto& p) { return p.grad(); },
+      [&](const auto& run) {
+        ++runs;
+        CHECK(std::int64_t(run.extent(0)) == core::parameter_count(joined));
+      });
+  core::for_each_run(
+      separate, [](auto& p) { return p.value(); }, [&](const auto&) { ++separate_runs; });
+  CHECK(runs == 1);
+  CHECK(separate_runs == 4);
+  core::make_contiguous(joined);  // already contiguous: nothing moves (a second Trainer on the model)
+  CHECK(joined.w1.value().data() == base);
+
+  // Training on either storage gives the same bits: zero_grad, clipping and AdamW run per run
+  // of memory, and every element sees the same arithmetic.
+  const train::AdamWOptions options{.beta2 = 0.95, .weight_decay = 0.1};
+  train::AdamW<Mixed<TestType>, TestType> opt_separate(separate, options), opt_joined(joined, options);
+  for (int step = 0; step < 3; ++step) {
+    for (auto* m : {&separate, &joined}) {
+      core::zero_grad(*m);
+      CHECK(train::gradient_norm(*m) == 0);
+      set_gradients(*m, step);
+    }
+    const double norm_separate = train::clip_gradient_norm(separate, 5.0);
+    const double norm_joined = train::clip_gradient_norm(joined, 5.0);
+    CHECK(norm_joined == Approx(norm_separate).epsilon(1e-14));
+    REQUIRE(norm_joined > 5.0);  // clipping is on
+    opt_separate.step(1e-2);
+    opt_joined.step(1e-2);
+  }
+  for (auto [a, b] : {std::pair{&separate.w1, &joined.w1}, std::pair{&separate.b1, &joined.b1},
+                      std::pair{&separate.g, &joined.g}, std::pair{&separate.w2, &joined.w2}}) {
+    CHECK(get(a->value()) == get(b->value()));
+  }
+}
+
+TEST_CASE("Parameter::relocate refuses storage of another size and keeps its own", "[train][host]") {
+  core::Parameter<float, Kokkos::Serial> p{{4}, core::Role::bias, core::Init::ones()};
+  Kokkos::deep_copy(p.value(), 2.0f);
+  const float* before = p.value().data();
+  const Tensor<float*, Kokkos::Serial> small("small", 3), right("right", 4);
+  CHECK_THROWS_WITH(p.relocate(small, right), Catch::Contains("hybridseq::core::Parameter::relocate") &&
+                                                  Catch::Contains("holds 3 values and 4 gradients") &&
+                                                  Catch::Contains("the parameter has 4"));
+  CHECK(p.value().data() == before);
+  CHECK(get(p.value()) == std::vector<float>(4, 2.0f));
 }
 
 TEST_CASE("AdamW refuses invalid options and learning rates", "[train][host]") {

@@ -11,6 +11,13 @@
 /// stable names (`blocks.3.attn.wqkv`). Initialisation, zero_grad, parameter counts,
 /// safetensors save/load and the optimizer are all built on it, so there is one way to
 /// enumerate parameters.
+///
+/// Each parameter starts in allocations of its own. `make_contiguous(module)` moves them into
+/// one allocation for the values and one for the gradients (the Trainer does, as llm.c does at
+/// model creation), so that the per-step passes over every parameter — zero_grad, the gradient
+/// norm, clipping, the optimizer — run as one loop over memory: one parallel region per pass
+/// instead of one per tensor. Those passes walk `for_each_run`, which merges parameters that
+/// sit back to back in memory; over separately allocated parameters it visits them one by one.
 
 #include <array>
 #include <cmath>
@@ -20,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "error.hpp"
 #include "parallel.hpp"
@@ -78,6 +86,19 @@ class Parameter {
   const Init& init() const { return init_; }
   /// Replaces how `initialize` fills the value (a model-wide scheme, see use_normal_init).
   void set_init(const Init& init) { init_ = init; }
+
+  /// Moves the value and the gradient into `value` and `grad` (numel elements each, e.g. slices
+  /// of one allocation: make_contiguous), copying both; the parameter uses them from now on.
+  /// Views taken earlier from value() or grad() keep the old storage.
+  void relocate(const Tensor<T*, Space>& value, const Tensor<T*, Space>& grad) {
+    if (value.extent(0) != value_.extent(0) || grad.extent(0) != grad_.extent(0))
+      fail<shape_error>("hybridseq::core::Parameter::relocate", "new storage holds ", value.extent(0), " values and ",
+                        grad.extent(0), " gradients; the parameter has ", value_.extent(0));
+    Kokkos::deep_copy(value, value_);
+    Kokkos::deep_copy(grad, grad_);
+    value_ = value;
+    grad_ = grad;
+  }
 
  private:
   template <class DataType>
@@ -178,10 +199,109 @@ std::int64_t parameter_count(Module& module) {
   return n;
 }
 
+/// Calls `f(name, parameter)` for every parameter of `module` in storage order: the parameters
+/// whose role decays (core::decays) first, then the others, each group in declaration order.
+/// make_contiguous lays parameters out in this order and the optimizer keeps its moments in it,
+/// so that each group is one run of memory with one weight-decay setting.
+template <class Module, class F>
+void for_each_parameter_in_storage_order(Module& module, F&& f) {
+  for (const bool decaying : {true, false})
+    for_each_parameter(module, [&](std::string_view name, auto& p) {
+      if (decays(p.role()) == decaying) f(name, p);
+    });
+}
+
+namespace detail {
+/// The run being gathered by for_each_run for one scalar type: `n` elements from `first`.
+template <class T, class Space>
+struct PendingRun {
+  T* first = nullptr;
+  std::int64_t n = 0;
+  template <class F>
+  void add(const Tensor<T*, Space>& v, F& f) {
+    if (first != nullptr && first + n == v.data()) {
+      n += std::int64_t(v.extent(0));
+      return;
+    }
+    flush(f);
+    first = v.data();
+    n = std::int64_t(v.extent(0));
+  }
+  template <class F>
+  void flush(F& f) {
+    if (first != nullptr && n > 0) f(Tensor<T*, Space>(first, n));
+    first = nullptr;
+    n = 0;
+  }
+};
+}  // namespace detail
+
+/// Calls `f(run)` over the storage `select(parameter)` (its value() or grad()) of every
+/// parameter of `module`, merging parameters that sit back to back in memory into one flat run
+/// (a Tensor<T*, Space> without ownership): after make_contiguous one run per scalar type,
+/// otherwise one per parameter (always, for a module that names no `execution_space`). Covers
+/// every element exactly once, in storage order.
+template <class Module, class Select, class F>
+void for_each_run(Module& module, const Select& select, F&& f) {
+  if constexpr (!requires { typename Module::execution_space; }) {
+    for_each_parameter_in_storage_order(module, [&](std::string_view, auto& p) { f(select(p)); });
+  } else {
+    using Space = typename Module::execution_space;
+    detail::PendingRun<float, Space> floats;
+    detail::PendingRun<double, Space> doubles;
+    for_each_parameter_in_storage_order(module, [&](std::string_view, auto& p) {
+      using P = std::remove_reference_t<decltype(p)>;
+      static_assert(std::is_same_v<typename P::execution_space, Space>,
+                    "hybridseq::core::for_each_run: every parameter must live in the module's execution space");
+      if constexpr (std::is_same_v<typename P::scalar_type, float>)
+        floats.add(select(p), f);
+      else
+        doubles.add(select(p), f);
+    });
+    floats.flush(f);
+    doubles.flush(f);
+  }
+}
+
+/// Moves every parameter of `module` into one allocation for the values and one for the
+/// gradients (per scalar type), in storage order (for_each_parameter_in_storage_order), with
+/// their current contents; see the file comment for why. Views taken earlier from a
+/// parameter's value() or grad() keep the old storage: take them after this call.
+template <class Module>
+void make_contiguous(Module& module) {
+  using Space = typename Module::execution_space;
+  const auto place = [&]<class T>(std::type_identity<T>) {
+    std::int64_t total = 0, runs = 0;
+    for_each_parameter(module, [&](std::string_view, auto& p) {
+      if constexpr (std::is_same_v<typename std::remove_reference_t<decltype(p)>::scalar_type, T>) total += p.numel();
+    });
+    for_each_run(
+        module, [](auto& p) { return p.grad(); },
+        [&](const auto& run) { runs += std::is_same_v<typename std::decay_t<decltype(run)>::value_type, T>; });
+    if (total == 0 || runs == 1) return;  // nothing to move, or already contiguous (a second Trainer)
+    const Tensor<T*, Space> values(Kokkos::view_alloc("hybridseq::params", Kokkos::WithoutInitializing), total);
+    const Tensor<T*, Space> grads(Kokkos::view_alloc("hybridseq::grads", Kokkos::WithoutInitializing), total);
+    std::int64_t at = 0;
+    for_each_parameter_in_storage_order(module, [&](std::string_view, auto& p) {
+      // An empty parameter keeps its own (empty) storage: a slice would share the next one's
+      // address, and gradients are told apart by address (core::GradientListener).
+      if constexpr (std::is_same_v<typename std::remove_reference_t<decltype(p)>::scalar_type, T>) {
+        if (p.numel() == 0) return;
+        const auto slice = std::make_pair(at, at + p.numel());
+        p.relocate(Tensor<T*, Space>(values, slice), Tensor<T*, Space>(grads, slice));
+        at += p.numel();
+      }
+    });
+  };
+  place(std::type_identity<float>{});
+  place(std::type_identity<double>{});
+}
+
 /// Zeroes every gradient (backward accumulates, the caller zeroes).
 template <class Module>
 void zero_grad(Module& module) {
-  for_each_parameter(module, [](std::string_view, auto& p) { zero(p.grad()); });
+  for_each_run(
+      module, [](auto& p) { return p.grad(); }, [](const auto& run) { zero(run); });
 }
 
 /// The GPT-2 / Hugging Face scheme over a whole module, in place of its layers' own: every

@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../core/error.hpp"
@@ -57,9 +58,32 @@ struct AdamWUpdate {
     param(i) -= static_cast<T>(lr * (mhat / (math::sqrt(vhat) + eps) + decay * static_cast<float>(param(i))));
   }
 };
+
+/// The parameters one AdamW kernel updates: `n` elements from each pointer, one decay.
+template <class T, class Space>
+struct AdamWRun {
+  T* param = nullptr;
+  const T* grad = nullptr;
+  float *m = nullptr, *v = nullptr;
+  std::int64_t n = 0;
+  float decay = 0;
+
+  /// Extends this run by the next parameter when all four arrays continue it and the decay
+  /// agrees; otherwise returns false.
+  bool extend(const AdamWRun& next) {
+    if (param == nullptr || next.decay != decay || param + n != next.param || grad + n != next.grad ||
+        m + n != next.m || v + n != next.v)
+      return false;
+    n += next.n;
+    return true;
+  }
+};
 }  // namespace detail
 
-/// AdamW over every parameter of a module (all parameters in one execution space).
+/// AdamW over every parameter of a module (all parameters in one execution space). Its moments
+/// live in one allocation each, in core's storage order, so that over a model whose parameters
+/// are contiguous (core::make_contiguous) a step is one kernel per weight-decay group instead
+/// of one per tensor.
 template <class Module, ExecutionSpace Space = typename Module::execution_space>
 class AdamW {
  public:
@@ -70,12 +94,21 @@ class AdamW {
       fail<value_error>("hybridseq::train::AdamW", "invalid options beta1=", options.beta1, " beta2=", options.beta2,
                         " eps=", options.eps, " weight_decay=", options.weight_decay,
                         " decay_scope=", static_cast<int>(options.decay_scope));
-    core::for_each_parameter(module_, [&](std::string_view name, auto& p) {
+    std::vector<std::pair<std::string, std::int64_t>> placed;  // (name, numel), storage order
+    std::int64_t total = 0;
+    core::for_each_parameter_in_storage_order(module_, [&](std::string_view name, auto& p) {
       static_assert(std::is_same_v<typename std::remove_reference_t<decltype(p)>::execution_space, Space>,
                     "hybridseq::train::AdamW: every parameter must live in the optimizer's execution space");
-      states_.push_back({std::string(name), Tensor<float*, Space>("adamw.m", p.numel()),
-                         Tensor<float*, Space>("adamw.v", p.numel())});
+      placed.emplace_back(std::string(name), p.numel());
+      total += p.numel();
     });
+    const Tensor<float*, Space> m("adamw.m", total), v("adamw.v", total);
+    std::int64_t at = 0;
+    for (auto& [name, numel] : placed) {
+      const auto slice = std::make_pair(at, at + numel);
+      states_.push_back({std::move(name), Tensor<float*, Space>(m, slice), Tensor<float*, Space>(v, slice)});
+      at += numel;
+    }
   }
 
   /// One update with learning rate `lr` (the schedule's, for this step); increments the step
@@ -86,17 +119,39 @@ class AdamW {
     ++step_;
     const float c1 = static_cast<float>(1 - std::pow(options_.beta1, double(step_)));
     const float c2 = static_cast<float>(1 - std::pow(options_.beta2, double(step_)));
+    const auto update = [&]<class T>(const detail::AdamWRun<T, Space>& r) {
+      if (r.n == 0) return;
+      kernels::elementwise<T>(
+          "hybridseq::train::AdamW::step", Space{}, r.n, 4,
+          detail::AdamWUpdate<T, Space>{Tensor<T*, Space>(r.param, r.n), Tensor<const T*, Space>(r.grad, r.n),
+                                        Tensor<float*, Space>(r.m, r.n), Tensor<float*, Space>(r.v, r.n),
+                                        float(options_.beta1), float(options_.beta2), float(options_.eps), float(lr),
+                                        r.decay, c1, c2});
+    };
+    detail::AdamWRun<float, Space> floats;
+    detail::AdamWRun<double, Space> doubles;
     std::size_t k = 0;
-    core::for_each_parameter(module_, [&](std::string_view, auto& p) {
+    core::for_each_parameter_in_storage_order(module_, [&](std::string_view, auto& p) {
       using T = typename std::remove_reference_t<decltype(p)>::scalar_type;
       const auto& s = states_[k++];
       const bool decayed = options_.decay_scope == DecayScope::all || core::decays(p.role());
-      const float decay = decayed ? static_cast<float>(options_.weight_decay) : 0.0f;
-      kernels::elementwise<T>(
-          "hybridseq::train::AdamW::step", Space{}, p.numel(), 4,
-          detail::AdamWUpdate<T, Space>{p.value(), p.grad(), s.m, s.v, float(options_.beta1), float(options_.beta2),
-                                        float(options_.eps), float(lr), decay, c1, c2});
+      const detail::AdamWRun<T, Space> next{
+          p.value().data(), p.grad().data(), s.m.data(),
+          s.v.data(),       p.numel(),       decayed ? static_cast<float>(options_.weight_decay) : 0.0f};
+      auto& run = [&]() -> auto& {
+        if constexpr (std::is_same_v<T, float>)
+          return floats;
+        else
+          return doubles;
+      }
+      ();
+      if (!run.extend(next)) {
+        update(run);
+        run = next;
+      }
     });
+    update(floats);
+    update(doubles);
   }
 
   std::int64_t step_count() const { return step_; }
@@ -116,7 +171,7 @@ class AdamW {
  private:
   struct State {
     std::string name;            // the parameter's dotted name
-    Tensor<float*, Space> m, v;  // (numel) first and second moments
+    Tensor<float*, Space> m, v;  // (numel) first and second moments: slices of one allocation each
   };
 
   Module& module_;

@@ -3,7 +3,6 @@
 /// Global-norm gradient clipping: g ← g · min(1, max_norm / ‖g‖₂) over all parameters.
 
 #include <cmath>
-#include <string_view>
 
 #include "../core/error.hpp"
 #include "../core/parallel.hpp"
@@ -32,11 +31,13 @@ void scale(const Grad& g, double by) {
 }
 }  // namespace detail
 
-/// ‖g‖₂ over every parameter gradient of `module` (accumulated in double).
+/// ‖g‖₂ over every parameter gradient of `module` (accumulated in double; one pass over
+/// memory per run of core::for_each_run).
 template <class Module>
 double gradient_norm(Module& module) {
   double total = 0;
-  core::for_each_parameter(module, [&](std::string_view, auto& p) { total += detail::squared_norm(p.grad()); });
+  core::for_each_run(
+      module, [](auto& p) { return p.grad(); }, [&](const auto& run) { total += detail::squared_norm(run); });
   return std::sqrt(total);
 }
 
@@ -50,7 +51,8 @@ double clip_gradient_norm(Module& module, double max_norm) {
                       " (a NaN or Inf gradient reached the optimizer)");
   if (norm <= max_norm || norm == 0) return norm;
   const double scale = max_norm / norm;
-  core::for_each_parameter(module, [&](std::string_view, auto& p) { detail::scale(p.grad(), scale); });
+  core::for_each_run(
+      module, [](auto& p) { return p.grad(); }, [&](const auto& run) { detail::scale(run, scale); });
   return norm;
 }
 

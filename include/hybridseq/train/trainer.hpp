@@ -182,6 +182,9 @@ class Trainer {
       if (comm_.rank() == 0) io::remove_stale_temporary(options.checkpoint);
     }
     if constexpr (distributed) check_ranks_agree(api);
+    // Last, once nothing can refuse: zero_grad, clipping and the optimizer then pass over one
+    // run of memory per step instead of one per tensor (core::make_contiguous).
+    core::make_contiguous(model_);
   }
 
   /// Trains from the current step up to `until` (default: options.steps). Throws value_error
