@@ -5,10 +5,11 @@
 //   text_lm_train/<arch>/B:16/T:128   one training step as text_lm's Trainer takes it
 //                                     (parameters made contiguous once):
 //                                     zero_grad, forward + loss + backward, global-norm
-//                                     clipping at 1, AdamW step; counter tokens/s
+//                                     clipping at 1, AdamW step; counters tokens/s and
+//                                     launches/step (Kokkos kernel launches of one more step)
 //   text_lm_decode/transformer/tokens:256   decoding: 256 given tokens fed one at a time
 //                                     (LanguageModel::prefill of 1) from an empty KV cache
-//                                     (no sampling); counter tokens/s
+//                                     (no sampling); counters tokens/s and launches/token
 //
 // The build's default execution space only (the tools' space); threads from OMP_NUM_THREADS.
 #include <benchmark/benchmark.h>
@@ -20,6 +21,7 @@
 #include <hybridseq/train/clip.hpp>
 
 #include "registry.hpp"
+#include "support/launches.hpp"
 #include "support/timing.hpp"
 #include "support/tokens.hpp"
 #include "text_lm_models.hpp"
@@ -58,6 +60,7 @@ void train_step(benchmark::State& state, int layers) {
   step();  // the arena's first allocation and the optimizer's moments, outside the timing
   for (auto _ : state) step();
   state.counters["tokens/s"] = per_second(double(b * t));
+  if (const auto launches = kokkos_launches(step)) state.counters["launches/step"] = double(*launches);
   state.counters["parameters"] = double(core::parameter_count(model));
 }
 
@@ -68,15 +71,17 @@ void decode(benchmark::State& state, int layers) {
   core::Workspace<Space> ws;
   Tensor<std::int32_t**, Space> id("id", 1, 1);
   Tensor<float***, Space> logit("logit", 1, 1, text_lm::V);
-  for (auto _ : state) {
+  const auto generate = [&] {
     auto st = model.make_state(1);
     for (std::int64_t p = 0; p < tokens; ++p) {
       core::fill(id, std::int32_t(p * 7919 % text_lm::V));
       model.prefill(ws, st, id, logit);
     }
     Space().fence();
-  }
+  };
+  for (auto _ : state) generate();
   state.counters["tokens/s"] = per_second(double(tokens));
+  if (const auto launches = kokkos_launches(generate)) state.counters["launches/token"] = double(*launches) / tokens;
 }
 
 const Registration registration([] {

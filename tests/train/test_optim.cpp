@@ -228,14 +228,11 @@ HYBRIDSEQ_SPACE_TEST_CASE("make_contiguous: one run per pass, same values, same 
     });
   });
   int runs = 0, separate_runs = 0;
-  core::for_each_run(
-      joined, [](auto& p) { return p.grad(); },
-      [&](const auto& run) {
-        ++runs;
-        CHECK(std::int64_t(run.extent(0)) == core::parameter_count(joined));
-      });
-  core::for_each_run(
-      separate, [](auto& p) { return p.value(); }, [&](const auto&) { ++separate_runs; });
+  core::for_each_run(joined, core::Gradients{}, [&](const auto& run) {
+    ++runs;
+    CHECK(std::int64_t(run.extent(0)) == core::parameter_count(joined));
+  });
+  core::for_each_run(separate, core::Values{}, [&](const auto&) { ++separate_runs; });
   CHECK(runs == 1);
   CHECK(separate_runs == 4);
   core::make_contiguous(joined);  // already contiguous: nothing moves (a second Trainer on the model)

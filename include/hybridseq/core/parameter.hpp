@@ -236,7 +236,21 @@ struct PendingRun {
 };
 }  // namespace detail
 
-/// Calls `f(run)` over the storage `select(parameter)` (its value() or grad()) of every
+/// for_each_run's selectors: which storage of a parameter to walk.
+struct Values {
+  template <class P>
+  auto operator()(P& p) const {
+    return p.value();
+  }
+};
+struct Gradients {
+  template <class P>
+  auto operator()(P& p) const {
+    return p.grad();
+  }
+};
+
+/// Calls `f(run)` over the storage `select(parameter)` (Values or Gradients) of every
 /// parameter of `module`, merging parameters that sit back to back in memory into one flat run
 /// (a Tensor<T*, Space> without ownership): after make_contiguous one run per scalar type,
 /// otherwise one per parameter (always, for a module that names no `execution_space`). Covers
@@ -275,9 +289,8 @@ void make_contiguous(Module& module) {
     for_each_parameter(module, [&](std::string_view, auto& p) {
       if constexpr (std::is_same_v<typename std::remove_reference_t<decltype(p)>::scalar_type, T>) total += p.numel();
     });
-    for_each_run(
-        module, [](auto& p) { return p.grad(); },
-        [&](const auto& run) { runs += std::is_same_v<typename std::decay_t<decltype(run)>::value_type, T>; });
+    for_each_run(module, Gradients{},
+                 [&](const auto& run) { runs += std::is_same_v<typename std::decay_t<decltype(run)>::value_type, T>; });
     if (total == 0 || runs == 1) return;  // nothing to move, or already contiguous (a second Trainer)
     const Tensor<T*, Space> values(Kokkos::view_alloc("hybridseq::params", Kokkos::WithoutInitializing), total);
     const Tensor<T*, Space> grads(Kokkos::view_alloc("hybridseq::grads", Kokkos::WithoutInitializing), total);
@@ -300,8 +313,7 @@ void make_contiguous(Module& module) {
 /// Zeroes every gradient (backward accumulates, the caller zeroes).
 template <class Module>
 void zero_grad(Module& module) {
-  for_each_run(
-      module, [](auto& p) { return p.grad(); }, [](const auto& run) { zero(run); });
+  for_each_run(module, Gradients{}, [](const auto& run) { zero(run); });
 }
 
 /// The GPT-2 / Hugging Face scheme over a whole module, in place of its layers' own: every

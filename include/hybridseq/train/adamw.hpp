@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -128,30 +129,23 @@ class AdamW {
                                         float(options_.beta1), float(options_.beta2), float(options_.eps), float(lr),
                                         r.decay, c1, c2});
     };
-    detail::AdamWRun<float, Space> floats;
-    detail::AdamWRun<double, Space> doubles;
+    std::tuple<detail::AdamWRun<float, Space>, detail::AdamWRun<double, Space>> runs;  // one pending per type
     std::size_t k = 0;
     core::for_each_parameter_in_storage_order(module_, [&](std::string_view, auto& p) {
       using T = typename std::remove_reference_t<decltype(p)>::scalar_type;
       const auto& s = states_[k++];
       const bool decayed = options_.decay_scope == DecayScope::all || core::decays(p.role());
-      const detail::AdamWRun<T, Space> next{
-          p.value().data(), p.grad().data(), s.m.data(),
-          s.v.data(),       p.numel(),       decayed ? static_cast<float>(options_.weight_decay) : 0.0f};
-      auto& run = [&]() -> auto& {
-        if constexpr (std::is_same_v<T, float>)
-          return floats;
-        else
-          return doubles;
-      }
-      ();
+      const float decay = decayed ? static_cast<float>(options_.weight_decay) : 0.0f;
+      const detail::AdamWRun<T, Space> next{p.value().data(), p.grad().data(), s.m.data(),
+                                            s.v.data(),       p.numel(),       decay};
+      auto& run = std::get<detail::AdamWRun<T, Space>>(runs);
       if (!run.extend(next)) {
         update(run);
         run = next;
       }
     });
-    update(floats);
-    update(doubles);
+    update(std::get<0>(runs));
+    update(std::get<1>(runs));
   }
 
   std::int64_t step_count() const { return step_; }

@@ -36,8 +36,7 @@ void scale(const Grad& g, double by) {
 template <class Module>
 double gradient_norm(Module& module) {
   double total = 0;
-  core::for_each_run(
-      module, [](auto& p) { return p.grad(); }, [&](const auto& run) { total += detail::squared_norm(run); });
+  core::for_each_run(module, core::Gradients{}, [&](const auto& run) { total += detail::squared_norm(run); });
   return std::sqrt(total);
 }
 
@@ -51,8 +50,7 @@ double clip_gradient_norm(Module& module, double max_norm) {
                       " (a NaN or Inf gradient reached the optimizer)");
   if (norm <= max_norm || norm == 0) return norm;
   const double scale = max_norm / norm;
-  core::for_each_run(
-      module, [](auto& p) { return p.grad(); }, [&](const auto& run) { detail::scale(run, scale); });
+  core::for_each_run(module, core::Gradients{}, [&](const auto& run) { detail::scale(run, scale); });
   return norm;
 }
 

@@ -310,7 +310,7 @@ class Trainer {
   double finish_mean(double summed_loss, std::int64_t scored) {
     if (options_.accumulation == 1) return summed_loss;  // already the mean
     if (scored == 0) return 0;
-    core::for_each_parameter(model_, [&](std::string_view, auto& p) { detail::scale(p.grad(), 1.0 / double(scored)); });
+    core::for_each_run(model_, core::Gradients{}, [&](const auto& run) { detail::scale(run, 1.0 / double(scored)); });
     return summed_loss / double(scored);
   }
 
