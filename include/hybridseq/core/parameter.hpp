@@ -285,12 +285,13 @@ template <class Module>
 void make_contiguous(Module& module) {
   using Space = typename Module::execution_space;
   const auto place = [&]<class T>(std::type_identity<T>) {
-    std::int64_t total = 0, runs = 0;
-    for_each_parameter(module, [&](std::string_view, auto& p) {
-      if constexpr (std::is_same_v<typename std::remove_reference_t<decltype(p)>::scalar_type, T>) total += p.numel();
+    std::int64_t total = 0, runs = 0;  // of T's gradients, as they lie now
+    for_each_run(module, Gradients{}, [&](const auto& run) {
+      if constexpr (std::is_same_v<typename std::decay_t<decltype(run)>::value_type, T>) {
+        total += std::int64_t(run.extent(0));
+        ++runs;
+      }
     });
-    for_each_run(module, Gradients{},
-                 [&](const auto& run) { runs += std::is_same_v<typename std::decay_t<decltype(run)>::value_type, T>; });
     if (total == 0 || runs == 1) return;  // nothing to move, or already contiguous (a second Trainer)
     const Tensor<T*, Space> values(Kokkos::view_alloc("hybridseq::params", Kokkos::WithoutInitializing), total);
     const Tensor<T*, Space> grads(Kokkos::view_alloc("hybridseq::grads", Kokkos::WithoutInitializing), total);
