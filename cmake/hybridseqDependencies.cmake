@@ -45,3 +45,11 @@ if(HYBRIDSEQ_WITH_BLAS AND NOT TARGET hybridseq::blas)
     set_target_properties(hybridseq::blas PROPERTIES INTERFACE_LINK_LIBRARIES BLAS::BLAS)
   endif()
 endif()
+# The device GEMM backend on a Cuda Kokkos (kernels/gemm.hpp), as target hybridseq::cublas:
+# cuBLAS from the CUDA toolkit the Kokkos was built with.
+if(Kokkos_DEVICES MATCHES "CUDA" AND NOT TARGET hybridseq::cublas)
+  find_dependency(CUDAToolkit)
+  add_library(hybridseq::cublas INTERFACE IMPORTED)
+  set_target_properties(hybridseq::cublas PROPERTIES INTERFACE_LINK_LIBRARIES CUDA::cublas
+                                                     INTERFACE_COMPILE_DEFINITIONS HYBRIDSEQ_WITH_CUBLAS)
+endif()

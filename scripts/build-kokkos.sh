@@ -2,7 +2,7 @@
 # Builds Kokkos 3.4.01 from the Kokkos sources inside Debian's `trilinos` source package, into
 # a per-machine cache outside the source tree, once per flavour:
 #   (default)  Serial + OpenMP, C++20                      → <cache>/kokkos-3.4.01-serial-openmp
-#   --cuda     Serial + Cuda (sm_80 code, PTX for newer)   → <cache>/kokkos-3.4.01-serial-cuda
+#   --cuda     Serial + Cuda (sm_80 and sm_90 code)        → <cache>/kokkos-3.4.01-serial-cuda
 #
 # Debian's binary libtrilinos-kokkos-dev is Serial-only, so the OpenMP and Cuda backends need a
 # source build. The system's apt configuration is not touched: the deb-src list and the
@@ -17,7 +17,11 @@ flavour=serial-openmp
 [[ "${1:-}" == "--cuda" ]] && flavour=serial-cuda
 cache="${HYBRIDSEQ_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hybridseq}"
 prefix="$cache/kokkos-3.4.01-$flavour"
-if [[ -f "$prefix/lib/cmake/Kokkos/KokkosConfig.cmake" || -f "$prefix/lib64/cmake/Kokkos/KokkosConfig.cmake" ]]; then
+# The recipe below, by flavour: a cached prefix built by another recipe is rebuilt.
+recipe="openmp 1"
+[[ "$flavour" == serial-cuda ]] && recipe="cuda 2 (sm_80 + sm_90)"
+stamp="$prefix/hybridseq-recipe.txt"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$recipe" ]]; then
   echo "$prefix"
   exit 0
 fi
@@ -73,10 +77,14 @@ common=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" -DKokkos_ENA
 if [[ "$flavour" == serial-cuda ]]; then
   command -v nvcc >/dev/null || { echo "hybridseq: --cuda needs nvcc on PATH (the CUDA toolkit)" >&2; exit 1; }
   # Kokkos 3.4 with CUDA 13 (see cmake/kokkos3-cuda13-shim.h): its own nvcc_wrapper as the
-  # compiler, C++17 (its sources predate nvcc's C++20), Ampere code (3.4 knows no Hopper;
-  # the PTX runs on newer GPUs), KOKKOS_ARCH_MAXWELL50 to keep its half_t on the software
-  # path (the __half one does not compile against CUDA 13's cuda_fp16.h), and the shim
-  # force-included for the CUDA runtime calls whose signatures CUDA 13 changed.
+  # compiler, C++17 (its sources predate nvcc's C++20), Ampere as Kokkos' architecture (3.4
+  # knows no Hopper) with Hopper machine code beside it: Kokkos::Cuda::initialize aborts when
+  # the major compute capability its own probe kernel runs at differs from the device's, and
+  # PTX for 8.0 JIT-compiled on a 9.0 device still reports 8.0 (seen on an H200);
+  # KOKKOS_ARCH_MAXWELL50 keeps its half_t on the software path (the __half one does not
+  # compile against CUDA 13's cuda_fp16.h), and the shim is force-included for the CUDA
+  # runtime calls whose signatures CUDA 13 changed. The sm_90 code is appended by nvcc itself
+  # (NVCC_APPEND_FLAGS): nvcc_wrapper refuses a second architecture flag.
   echo "hybridseq: building Kokkos (Serial + Cuda) into $prefix" >&2
   cmake -S "$src" -B "$work/build" "${common[@]}" -DCMAKE_CXX_COMPILER="$src/bin/nvcc_wrapper" \
     -DCMAKE_CXX_STANDARD=17 -DKokkos_CXX_STANDARD=17 -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON \
@@ -87,6 +95,9 @@ else
   cmake -S "$src" -B "$work/build" "${common[@]}" -DCMAKE_CXX_STANDARD=20 -DKokkos_CXX_STANDARD=20 \
     -DKokkos_ENABLE_OPENMP=ON >&2
 fi
+[[ "$flavour" == serial-cuda ]] && export NVCC_APPEND_FLAGS="-gencode=arch=compute_90,code=sm_90"
 cmake --build "$work/build" -j "$(nproc)" >&2
+rm -rf "$prefix"
 cmake --install "$work/build" >&2
+echo "$recipe" >"$stamp"
 echo "$prefix"

@@ -107,9 +107,10 @@ struct ScanData {
     testing::from_vector(a_log, a);
   }
 
-  template <class U>
-  ScanData<U, Space> converted() const {
-    ScanData<U, Space> o(b, t, di, n, chunk);
+  /// The same inputs in scalar type U, in the memory of execution space To.
+  template <class U, class To = Space>
+  ScanData<U, To> converted() const {
+    ScanData<U, To> o(b, t, di, n, chunk);
     copy_converted(o.u, u);
     copy_converted(o.dt, dt);
     copy_converted(o.bc, bc);
@@ -201,17 +202,21 @@ ScanGrads<T, Space> kernel_backward(const ScanData<T, Space>& s) {
   return g;
 }
 
-/// The oracle on double copies of the same inputs.
+/// The oracle on double copies of the same inputs, in host memory (it indexes its views on the host).
+using Host = Kokkos::DefaultHostExecutionSpace;
+
 template <class Space>
-std::pair<std::vector<double>, std::vector<double>> oracle_forward(const ScanData<double, Space>& s) {
-  Tensor<double***, Space> y("y", s.b, s.t, s.di), h("h", s.b, s.di, s.n);
+std::pair<std::vector<double>, std::vector<double>> oracle_forward(const ScanData<double, Space>& on_space) {
+  const auto s = on_space.template converted<double, Host>();
+  Tensor<double***, Host> y("y", s.b, s.t, s.di), h("h", s.b, s.di, s.n);
   kernels::reference::selective_scan_forward<double>(s.u, s.dt, s.dt_bias, s.a_log, s.bm(), s.cm(), s.d_skip, h, y);
   return {testing::to_vector(y), testing::to_vector(h)};
 }
 
 template <class Space>
-ScanGrads<double, Space> oracle_backward(const ScanData<double, Space>& s) {
-  ScanGrads<double, Space> g(s);
+ScanGrads<double, Host> oracle_backward(const ScanData<double, Space>& on_space) {
+  const auto s = on_space.template converted<double, Host>();
+  ScanGrads<double, Host> g(s);
   kernels::reference::selective_scan_backward<double>(s.u, s.dt, s.dt_bias, s.a_log, s.bm(), s.cm(), s.d_skip, s.dy,
                                                       g.du, g.ddt, g.da_log, g.dbm(s.n), g.dcm(s.n), g.dd_skip,
                                                       g.ddt_bias);
@@ -410,12 +415,12 @@ HYBRIDSEQ_SPACE_TEST_CASE("selective scan backward matches the oracle and finite
         const std::size_t n = flat.extent(0), step = std::max<std::size_t>(1, n / 24);
         double worst = 0, scale = 0;
         for (std::size_t i = 0; i < n; i += step) {
-          const double orig = flat(i), h = 1e-6 * std::max(1.0, std::abs(orig));
-          flat(i) = orig + h;
+          const double orig = testing::element(flat, i), h = 1e-6 * std::max(1.0, std::abs(orig));
+          testing::set_element(flat, i, orig + h);
           const double plus = objective();
-          flat(i) = orig - h;
+          testing::set_element(flat, i, orig - h);
           const double minus = objective();
-          flat(i) = orig;
+          testing::set_element(flat, i, orig);
           const double numeric = (plus - minus) / (2 * h);
           worst = std::max(worst, std::abs(numeric - analytic[i]));
           scale = std::max({scale, std::abs(numeric), std::abs(analytic[i])});
@@ -528,21 +533,26 @@ void check_conv1d() {
   fill_normal(w, 13, 0, 0.5);
   fill_normal(bias, 14, 0, 0.1);
   fill_normal(dpre, 15, 0, 1);
+  // The loops read host copies (on a GPU the tensors are in device memory).
+  const auto host = [](const auto& v) { return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v); };
+  const auto hx = host(x), hwindow = host(window), hdpre = host(dpre);
+  const auto hw = host(w);
+  const auto hbias = host(bias);
   auto xin = [&](int b, int s, int d, bool with_window) {
-    if (s >= 0) return x(b, s, d);
-    return with_window ? window(b, d, K - 1 + s) : 0.0;
+    if (s >= 0) return hx(b, s, d);
+    return with_window ? hwindow(b, d, K - 1 + s) : 0.0;
   };
   for (bool with_window : {false, true}) {
     kernels::conv1d_forward<K, kernels::IdentityPost, double>(
         Space{}, x, w, bias, with_window ? window : Tensor<double***, Space>{}, pre, out);
-    Space().fence();
+    const auto hout = host(out), hpre = host(pre);
     double err = 0;
     for (int b = 0; b < nb; ++b)
       for (int t = 0; t < nt; ++t)
         for (int d = 0; d < di; ++d) {
-          double acc = bias(d);
-          for (int k = 0; k < K; ++k) acc += w(d, k) * xin(b, t - (K - 1) + k, d, with_window);
-          err = std::max({err, std::abs(acc - out(b, t, d)), std::abs(acc - pre(b, t, d))});
+          double acc = hbias(d);
+          for (int k = 0; k < K; ++k) acc += hw(d, k) * xin(b, t - (K - 1) + k, d, with_window);
+          err = std::max({err, std::abs(acc - hout(b, t, d)), std::abs(acc - hpre(b, t, d))});
         }
     CHECK(err <= 1e-14);
   }
@@ -553,32 +563,34 @@ void check_conv1d() {
     Kokkos::deep_copy(win, window);
     auto xs = Kokkos::subview(x, Kokkos::ALL, std::make_pair(0, steps), Kokkos::ALL);
     kernels::conv1d_update_window<K, double>(Space{}, xs, win, win);
-    Space().fence();
+    const auto hwin = host(win);
     for (int b = 0; b < nb; ++b)
       for (int d = 0; d < di; ++d)
-        for (int k = 0; k < K - 1; ++k) CHECK(win(b, d, k) == xin(b, steps - (K - 1) + k, d, true));
+        for (int k = 0; k < K - 1; ++k) CHECK(hwin(b, d, k) == xin(b, steps - (K - 1) + k, d, true));
   }
   // Backward against the adjoint of the loops above.
   kernels::conv1d_backward<K, double>(Space{}, x, w, dpre, dx, dw, dbias);
-  Space().fence();
+  const auto hdx = host(dx);
+  const auto hdw = host(dw);
+  const auto hdbias = host(dbias);
   double err = 0;
   for (int d = 0; d < di; ++d) {
     double gb = 0;
     for (int b = 0; b < nb; ++b)
-      for (int t = 0; t < nt; ++t) gb += dpre(b, t, d);
-    err = std::max(err, std::abs(gb - dbias(d)));
+      for (int t = 0; t < nt; ++t) gb += hdpre(b, t, d);
+    err = std::max(err, std::abs(gb - hdbias(d)));
     for (int k = 0; k < K; ++k) {
       double gw = 0;
       for (int b = 0; b < nb; ++b)
-        for (int t = 0; t < nt; ++t) gw += dpre(b, t, d) * xin(b, t - (K - 1) + k, d, false);
-      err = std::max(err, std::abs(gw - dw(d, k)));
+        for (int t = 0; t < nt; ++t) gw += hdpre(b, t, d) * xin(b, t - (K - 1) + k, d, false);
+      err = std::max(err, std::abs(gw - hdw(d, k)));
     }
     for (int b = 0; b < nb; ++b)
       for (int s = 0; s < nt; ++s) {
         double gx = 0;
         for (int k = 0; k < K; ++k)
-          if (s + K - 1 - k < nt) gx += w(d, k) * dpre(b, s + K - 1 - k, d);
-        err = std::max(err, std::abs(gx - dx(b, s, d)));
+          if (s + K - 1 - k < nt) gx += hw(d, k) * hdpre(b, s + K - 1 - k, d);
+        err = std::max(err, std::abs(gx - hdx(b, s, d)));
       }
   }
   CHECK(err <= 1e-13);

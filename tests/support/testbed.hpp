@@ -137,6 +137,19 @@ void from_vector(const View& v, const std::vector<U>& data) {
   Kokkos::deep_copy(flat, host);
 }
 
+/// Element i of a rank-1 view in any memory space, and its assignment: one copy each where the
+/// host cannot read the view's memory (the finite-difference loop touches a few entries).
+template <class View>
+double element(const View& v, std::size_t i) {
+  typename View::non_const_value_type x{};
+  Kokkos::deep_copy(x, Kokkos::subview(v, i));
+  return static_cast<double>(x);
+}
+template <class View>
+void set_element(const View& v, std::size_t i, double x) {
+  Kokkos::deep_copy(Kokkos::subview(v, i), static_cast<typename View::non_const_value_type>(x));
+}
+
 /// One layer with its inputs, able to evaluate the objective and its analytic gradients.
 ///   sequence / embedding: objective = Σ y ⊙ dy (dy fixed, random)
 ///   loss:                 objective = the mean cross-entropy
@@ -349,17 +362,17 @@ double gradient_error(H& h, const View& values, const std::vector<double>& analy
   std::vector<std::pair<double, double>> pairs;
   // Central difference of the weighted terms at ±k·eps.
   auto central = [&](std::size_t i, double orig, double eps) {
-    values(i) = orig + eps;
+    set_element(values, i, orig + eps);
     const auto plus = h.terms();
-    values(i) = orig - eps;
+    set_element(values, i, orig - eps);
     const auto minus = h.terms();
-    values(i) = orig;
+    set_element(values, i, orig);
     double diff = 0;
     for (std::size_t j = 0; j < plus.size(); ++j) diff += (plus[j] - minus[j]) * weights[j];
     return diff;
   };
   for (std::size_t i = 0; i < n; i += step) {
-    const double orig = values(i);
+    const double orig = element(values, i);
     const double eps = rel_step * std::max(1.0, std::abs(orig));
     // With the larger scalar-loss step, the fourth-order stencil (8·D(h) − D(2h)) / 12h keeps
     // the truncation error O(h⁴): deep models with oscillating modes (GSS's e^{iΛℓ}) have

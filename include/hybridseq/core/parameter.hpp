@@ -339,8 +339,16 @@ void use_normal_init(Module& module, double std) {
 template <class Module>
 void initialize(Module& module, std::uint64_t seed) {
   for_each_parameter(module, [&](std::string_view name, auto& p) {
-    using P = std::remove_reference_t<decltype(p)>;
-    fill(typename P::execution_space{}, p.value(), p.init(), seed, stream_of(name));
+    using Space = typename std::remove_reference_t<decltype(p)>::execution_space;
+    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible) {
+      fill(Space{}, p.value(), p.init(), seed, stream_of(name));
+    } else {
+      // Drawn on the host and copied: a GPU's log and cos round differently from the host's,
+      // and a model must start from the same values on every execution space.
+      auto host = Kokkos::create_mirror_view(p.value());
+      fill(Kokkos::DefaultHostExecutionSpace{}, host, p.init(), seed, stream_of(name));
+      Kokkos::deep_copy(p.value(), host);
+    }
   });
   for_each_module(module, [](std::string_view, auto& m) {
     if constexpr (requires { m.after_initialize(); }) m.after_initialize();

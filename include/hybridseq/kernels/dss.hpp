@@ -1003,8 +1003,8 @@ void dss_state_readout(const Space& exec, core::Workspace<Space>& ws, const DssM
   for (std::int64_t i = 0; i < b; ++i) {
     Kokkos::parallel_for("hybridseq::kernels::dss::state_times_c", Kokkos::RangePolicy<Space>(exec, 0, h),
                          detail::DssStateTimesC<T, Space>{modes.c, s_re, s_im, p, i});
-    detail::dss_vandermonde_product<T>(exec, ws, modes.lambda, p, MatrixOut<T, Space>(&y(i, 0, 0), len, h), chunk, 1,
-                                       T(1));
+    detail::dss_vandermonde_product<T>(exec, ws, modes.lambda, p,
+                                       MatrixOut<T, Space>(y.data() + i * y.stride(0), len, h), chunk, 1, T(1));
   }
 }
 
@@ -1034,7 +1034,8 @@ void dss_state_advance(const Space& exec, core::Workspace<Space>& ws, const DssM
     Kokkos::parallel_for("hybridseq::kernels::dss::vandermonde", Kokkos::RangePolicy<Space>(exec, 0, blocks),
                          detail::DssVandermonde<T, Space>{modes.lambda, v, l0, rows, false, true});
     for (std::int64_t i = 0; i < b; ++i)
-      gemm(exec, Op::transpose, Op::none, T(1), MatrixIn<T, Space>(&u(i, j0, 0), rows, h), detail::rows(v, 0, rows),
+      gemm(exec, Op::transpose, Op::none, T(1),
+           MatrixIn<T, Space>(u.data() + i * u.stride(0) + j0 * u.stride(1), rows, h), detail::rows(v, 0, rows),
            l0 == 0 ? T(0) : T(1), detail::rows(g, i * h, (i + 1) * h));
   }
   for (std::int64_t i = 0; i < b; ++i)

@@ -7,8 +7,9 @@
 /// Host spaces call BLAS (OpenBLAS, when the build defines HYBRIDSEQ_WITH_BLAS) or Eigen's
 /// GEMM mapped over the Views without copies. The BLAS thread count follows the execution
 /// space: one thread on Serial, the instance's concurrency on OpenMP, so that "Serial" and
-/// "2 threads" measure what they say. Non-host spaces take a plain Kokkos kernel for now;
-/// this is the one place where cuBLAS or KokkosKernels would be plugged in.
+/// "2 threads" measure what they say. Kokkos::Cuda calls cuBLAS on the instance's stream when
+/// the build links it (HYBRIDSEQ_WITH_CUBLAS: every Cuda build of this project does); other
+/// device spaces take a plain Kokkos kernel.
 
 #include <algorithm>
 #include <array>
@@ -22,6 +23,15 @@
 #include "../core/check.hpp"
 #include "../core/spaces.hpp"
 #include "isa.hpp"
+
+#if defined(HYBRIDSEQ_WITH_CUBLAS) && defined(KOKKOS_ENABLE_CUDA)
+#include <atomic>
+
+#include <cublas_v2.h>
+#define HYBRIDSEQ_GEMM_CUBLAS 1
+#else
+#define HYBRIDSEQ_GEMM_CUBLAS 0
+#endif
 
 #if defined(HYBRIDSEQ_WITH_BLAS)
 extern "C" {
@@ -166,6 +176,71 @@ void gemm_device(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64
 
 }  // namespace detail
 
+/// How cuBLAS multiplies float matrices on Kokkos::Cuda: exact fp32 (the default, what the
+/// tests compare against the host) or TF32 tensor cores (inputs rounded to 10 mantissa bits,
+/// fp32 accumulation; several times faster on Ampere and Hopper). Host GEMMs ignore it.
+enum class GemmMath { fp32, tf32 };
+
+#if HYBRIDSEQ_GEMM_CUBLAS
+namespace detail {
+
+inline std::atomic<GemmMath>& gemm_math_setting() {
+  static std::atomic<GemmMath> math{GemmMath::fp32};
+  return math;
+}
+
+inline void check_cublas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail("hybridseq::kernels::gemm", call, " failed: ", cublasGetStatusName(status), " (", int(status), ")");
+}
+
+/// One cuBLAS handle per host thread (a handle must not be shared by threads that call at once),
+/// created on first use and bound to each call's stream.
+inline cublasHandle_t cublas_handle() {
+  struct Handle {
+    cublasHandle_t h = nullptr;
+    ~Handle() {
+      if (h != nullptr) cublasDestroy(h);
+    }
+  };
+  thread_local Handle handle;
+  if (handle.h == nullptr) check_cublas(cublasCreate(&handle.h), "cublasCreate");
+  return handle.h;
+}
+
+/// Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ over the same buffers: cuBLAS
+/// gets B first, with the same transpose flags, and m and n swapped. No copies.
+template <class T>
+void gemm_cublas(const Kokkos::Cuda& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+                 const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  cublasHandle_t h = cublas_handle();
+  check_cublas(cublasSetStream(h, exec.cuda_stream()), "cublasSetStream");
+  const auto ta = op_a == Op::none ? CUBLAS_OP_N : CUBLAS_OP_T;
+  const auto tb = op_b == Op::none ? CUBLAS_OP_N : CUBLAS_OP_T;
+  if constexpr (std::is_same_v<T, float>) {
+    const bool tf32 = gemm_math_setting().load(std::memory_order_relaxed) == GemmMath::tf32;
+    check_cublas(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    check_cublas(cublasSgemm(h, tb, ta, int(n), int(m), int(k), &alpha, b, int(ldb), a, int(lda), &beta, c, int(ldc)),
+                 "cublasSgemm");
+  } else {
+    check_cublas(cublasDgemm(h, tb, ta, int(n), int(m), int(k), &alpha, b, int(ldb), a, int(lda), &beta, c, int(ldc)),
+                 "cublasDgemm");
+  }
+}
+
+}  // namespace detail
+#endif
+
+/// Sets how every later float GEMM on Kokkos::Cuda multiplies (see GemmMath), for the whole
+/// process. A no-op where the build has no cuBLAS.
+inline void set_gemm_math(GemmMath math) {
+#if HYBRIDSEQ_GEMM_CUBLAS
+  detail::gemm_math_setting().store(math, std::memory_order_relaxed);
+#else
+  (void)math;
+#endif
+}
+
 /// C = alpha · op(A) · op(B) + beta · C. With beta = 0, C's prior contents are ignored
 /// (NaNs included). Throws shape_error when the inner or outer extents disagree.
 template <class Space, Scalar T>
@@ -183,8 +258,12 @@ void gemm(const Space& exec, Op op_a, Op op_b, T alpha, std::type_identity_t<Mat
     detail::gemm_device<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c);
     return;
   }
-  if constexpr (detail::host_accessible<Space>)
-    detail::gemm_host<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c);
+  if constexpr (detail::host_accessible<Space>) detail::gemm_host<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c);
+#if HYBRIDSEQ_GEMM_CUBLAS
+  else if constexpr (std::is_same_v<Space, Kokkos::Cuda>)
+    detail::gemm_cublas<T>(exec, op_a, op_b, m, n, k, alpha, a.data(), a.stride(0), b.data(), b.stride(0), beta,
+                           c.data(), c.stride(0));
+#endif
   else
     detail::gemm_device<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c);
 }
