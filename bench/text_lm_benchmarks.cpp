@@ -17,13 +17,10 @@
 #include <cstdint>
 #include <string>
 
-#include <hybridseq/train/adamw.hpp>
-#include <hybridseq/train/clip.hpp>
-
 #include "registry.hpp"
 #include "support/launches.hpp"
 #include "support/timing.hpp"
-#include "support/tokens.hpp"
+#include "support/training_step.hpp"
 #include "text_lm_models.hpp"
 
 namespace hybridseq::bench {
@@ -44,19 +41,7 @@ template <class Model>
 void train_step(benchmark::State& state, int layers) {
   const std::int64_t b = state.range(0), t = state.range(1);
   auto model = built<Model>(layers);
-  Tensor<std::int32_t**, Space> ids("ids", b, t), targets("targets", b, t);
-  fill_tokens<Space>(ids, text_lm::V);
-  fill_tokens<Space>(targets, text_lm::V, 1);
-  core::Workspace<Space> ws;
-  core::make_contiguous(model);  // as the Trainer does
-  train::AdamW optimizer(model, train::AdamWOptions{.beta2 = 0.95, .weight_decay = 0.1});
-  const auto step = [&] {
-    core::zero_grad(model);
-    model.train_step(ws, ids, targets);
-    train::clip_gradient_norm(model, 1.0);
-    optimizer.step(1e-3);
-    Space().fence();
-  };
+  TrainingStep step(model, b, t, text_lm::V, 1e-3);
   step();  // the arena's first allocation and the optimizer's moments, outside the timing
   for (auto _ : state) step();
   state.counters["tokens/s"] = per_second(double(b * t));

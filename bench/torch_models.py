@@ -166,10 +166,10 @@ class Gss(nn.Module):
 
 
 class NeoxLayer(nn.Module):
-    def __init__(self, d=D, heads=4):
+    def __init__(self, d=D, heads=4, head_dim=HEAD_DIM):
         super().__init__()
         self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = SelfAttention(d, heads, heads, HEAD_DIM, "causal", True, True)
+        self.attn = SelfAttention(d, heads, heads, head_dim, "causal", True, True)
         self.mlp = Mlp(d, 4 * d)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -213,12 +213,12 @@ class EcpLayer(nn.Module):
 
 
 class LanguageModel(nn.Module):
-    def __init__(self, vocab, layers, norm):
+    def __init__(self, vocab, layers, norm, d=D):
         super().__init__()
-        self.embed = nn.Embedding(vocab, D)
+        self.embed = nn.Embedding(vocab, d)
         self.layers = nn.ModuleList(layers)
         self.norm = norm
-        self.head = nn.Linear(D, vocab, bias=False)
+        self.head = nn.Linear(d, vocab, bias=False)
 
     def forward(self, ids: Tensor) -> Tensor:
         x = self.embed(ids)

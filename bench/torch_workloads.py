@@ -22,8 +22,8 @@ TRAIN_B, TRAIN_T, DECODE_TOKENS = 16, 128, 256
 g = torch.Generator().manual_seed(0)
 
 
-def randn(*shape):
-    return torch.randn(*shape, generator=g)
+def randn(*shape, device="cpu"):
+    return torch.randn(*shape, generator=g).to(device)
 
 
 def best(f, repetitions=3, min_time=0.2):
@@ -69,15 +69,16 @@ def attention(t, backward, window=None):
     return run
 
 
-def selective_scan(backward, t=4096, di=512, n=16):
+def selective_scan(backward, t=4096, di=512, n=16, b=1, device="cpu"):
     """mamba-ssm's selective_scan_ref (delta softplus, D skip, no z): exp(Δ·A) and Δ·B·u for
     every step at once, then the recurrence h = dA·h + dBu, y = h·C, as a loop over time."""
-    u, dt, bm, cm = randn(1, t, di), randn(1, t, di), randn(1, t, n), randn(1, t, n)
-    a_log, d_skip, dt_bias = randn(di, n).abs().log(), randn(di), randn(di)
+    u, dt = randn(b, t, di, device=device), randn(b, t, di, device=device)
+    bm, cm = randn(b, t, n, device=device), randn(b, t, n, device=device)
+    a_log, d_skip, dt_bias = randn(di, n, device=device).abs().log(), randn(di, device=device), randn(di, device=device)
     tensors = [u, dt, bm, cm, a_log, d_skip, dt_bias]
     if backward:
         tensors = [x.clone().requires_grad_() for x in tensors]
-    dy = randn(1, t, di)
+    dy = randn(b, t, di, device=device)
 
     def scan(u, dt, bm, cm, a_log, d_skip, dt_bias):
         delta = F.softplus(dt + dt_bias)

@@ -24,6 +24,9 @@ bash scripts/check-format.sh
 kokkos_root=$(bash scripts/build-kokkos.sh | tail -n 1)
 jobs=$(nproc)
 
+# phase <title>: a heading with the minutes spent so far (CI's budget is 60 minutes on 2 cores).
+phase() { echo "== hybridseq: $1 (at $((SECONDS / 60)) min $((SECONDS % 60)) s) =="; }
+
 run_config() {  # run_config <build dir> <cmake args...>
   local dir=$1
   shift
@@ -35,12 +38,12 @@ run_config() {  # run_config <build dir> <cmake args...>
   (cd "$dir" && ctest --output-on-failure -j 1)
 }
 
-echo "== hybridseq: tests (Release) =="
+phase "tests (Release)"
 run_config build
-echo "== hybridseq: fuzz smoke run of the safetensors reader =="
+phase "fuzz smoke run of the safetensors reader"
 bash scripts/fuzz.sh 30
 if ((sanitize)); then
-  echo "== hybridseq: tests with AddressSanitizer + UndefinedBehaviorSanitizer =="
+  phase "tests with AddressSanitizer + UndefinedBehaviorSanitizer"
   # The bench, header checks, compile-fail snippets and the example programs add nothing
   # under sanitizers: the test families are what runs. -O0 and -g1 (line tables: enough for
   # the stack traces): the template-heavy tests compile 3x faster than at -O1 and run slower;
@@ -50,7 +53,7 @@ if ((sanitize)); then
       -DHYBRIDSEQ_BUILD_EXAMPLES=OFF -DHYBRIDSEQ_FAIL_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -g1 -DNDEBUG"
 fi
-echo "== hybridseq: CUDA configuration, compile and link only (no GPU on this machine) =="
+phase "CUDA configuration, compile and link only (no GPU on this machine)"
 if command -v nvcc >/dev/null; then
   kokkos_cuda=$(bash scripts/build-kokkos.sh --cuda | tail -n 1)
   # The NCCL backend's check where the toolkit ships NCCL (it does on our machines).
@@ -70,3 +73,4 @@ if command -v nvcc >/dev/null; then
 else
   echo "hybridseq: nvcc not found: the CUDA configuration was not compiled" >&2
 fi
+phase "done"

@@ -1,6 +1,7 @@
 #pragma once
-// One (B = 1, T, H, Dh) attention problem for the kernel benchmarks: Q, K, V packed like the
-// fused projection's rows, O, LSE and the gradients, filled with N(0, 1).
+// One (B, T, H, Dh = 64) attention problem for the kernel benchmarks: Q, K, V packed like the
+// fused projection's rows, O, LSE and the gradients, filled with N(0, 1). The host benchmarks
+// use B = 1, H = 8; the device benchmarks GPU-sized batches and heads.
 #include <cstdint>
 
 #include <hybridseq/core.hpp>
@@ -10,36 +11,39 @@ namespace hybridseq::bench {
 
 template <class Space>
 struct AttentionProblem {
-  static constexpr int heads = 8, head_dim = 64;
-  std::int64_t n;
+  static constexpr int default_heads = 8, head_dim = 64;
+  std::int64_t batch, n;
+  int heads;
   Tensor<float*, Space> qkv, o, lse, d_o, dqkv, delta, alpha;
 
-  explicit AttentionProblem(std::int64_t t)
-      : n(t),
-        qkv("qkv", t * row()),
-        o("o", t * heads * head_dim),
-        lse("lse", heads * t),
-        d_o("do", t * heads * head_dim),
-        dqkv("dqkv", t * row()),
-        delta("delta", heads * t),
-        alpha("alpha", heads) {
+  explicit AttentionProblem(std::int64_t t, std::int64_t b = 1, int h = default_heads)
+      : batch(b),
+        n(t),
+        heads(h),
+        qkv("qkv", b * t * row()),
+        o("o", b * t * h * head_dim),
+        lse("lse", b * h * t),
+        d_o("do", b * t * h * head_dim),
+        dqkv("dqkv", b * t * row()),
+        delta("delta", b * h * t),
+        alpha("alpha", h) {
     core::fill(Space{}, qkv, core::Init::normal(1.0), 1, 1);
     core::fill(Space{}, d_o, core::Init::normal(1.0), 1, 2);
     Kokkos::deep_copy(alpha, 0.125f);
   }
-  static constexpr std::int64_t row() { return 3 * heads * head_dim; }
+  std::int64_t row() const { return 3 * std::int64_t(heads) * head_dim; }
 
   /// Kernel arguments for `keys` ≤ n keys and the last `queries` of them as queries (a
   /// scheme's query_count: all for self-attention, M for PerceiverAR's cross-attention).
   kernels::attention::AttentionArgs<float> args(std::int64_t keys, std::int64_t queries) const {
-    const std::int64_t q0 = keys - queries, w = heads * head_dim;
-    return {{qkv.data() + q0 * row(), keys * row(), row(), head_dim},
-            {qkv.data() + w, keys * row(), row(), head_dim},
-            {qkv.data() + 2 * w, keys * row(), row(), head_dim},
-            {o.data(), queries * w, w, head_dim},
+    const std::int64_t q0 = keys - queries, w = std::int64_t(heads) * head_dim;
+    return {{qkv.data() + q0 * row(), n * row(), row(), head_dim},
+            {qkv.data() + w, n * row(), row(), head_dim},
+            {qkv.data() + 2 * w, n * row(), row(), head_dim},
+            {o.data(), n * w, w, head_dim},
             lse.data(),
             alpha.data(),
-            1,
+            batch,
             queries,
             keys,
             q0,
@@ -50,7 +54,7 @@ struct AttentionProblem {
   kernels::attention::AttentionArgs<float> args() const { return args(n, n); }
 
   kernels::attention::AttentionGrads<float> grads() const {
-    const std::int64_t w = heads * head_dim;
+    const std::int64_t w = std::int64_t(heads) * head_dim;
     return {{d_o.data(), n * w, w, head_dim},
             {dqkv.data(), n * row(), row(), head_dim},
             {dqkv.data() + w, n * row(), row(), head_dim},

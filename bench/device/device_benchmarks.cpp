@@ -1,0 +1,203 @@
+// hybridseq-device-bench: GPU-sized kernels and a training step on the build's default execution
+// space (Kokkos::Cuda in the CUDA configuration), for scripts/device-check.sh, which times PyTorch
+// on the same GPU and shapes beside it (bench/device_vs_pytorch.py). All float32.
+//
+//   copy/MiB:1024                    device-to-device copy: GB/s counting bytes read and written
+//                                    (the bandwidth yardstick of this run)
+//   gemm/M/N/K/tf32:{0,1}            kernels::gemm (cuBLAS on Cuda), exact fp32 or TF32: TFLOP/s
+//   attention_fwd/causal/B/T         H = 16, Dh = 64, B·T = 16384 tokens: TFLOP/s counting
+//                                    4·visible·Dh per head (QKᵀ and PV over the visible scores)
+//   attention_fwd_bwd/causal/B/T     forward + backward, counted 3.5× the forward (FlashAttention's
+//                                    count: backward 2.5×)
+//   selective_scan_fwd/B/T/Di        N = 16, chunk 64: GB/s of the traffic the scan cannot avoid
+//                                    (u, Δ, B, C read; y and the chunk checkpoints written); the
+//                                    script reads it against the copy's GB/s
+//   selective_scan_fwd_bwd/B/T/Di    forward + backward (also dy, the checkpoints read, du, Δ's
+//                                    gradient written)
+//   train_step/transformer/B/T       a 135 M-parameter NeoX Transformer (V 32768, D 768, 12 layers
+//                                    of 12 heads × 64, MLP 3072, full RoPE): zero_grad, forward,
+//                                    loss, backward, global-norm clipping, AdamW, as the Trainer
+//                                    steps; tokens/s and model TFLOP/s (6 × the matrix parameters
+//                                    per token plus attention's 3.5 × 4·visible·Dh per head); then
+//                                    one more step with every kernel timed, printed on stderr
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include <hybridseq/core.hpp>
+#include <hybridseq/kernels/attention/attention.hpp>
+#include <hybridseq/kernels/gemm.hpp>
+#include <hybridseq/models/transformer.hpp>
+
+#include "registry.hpp"
+#include "support/attention_problem.hpp"
+#include "support/launches.hpp"
+#include "support/scan_problem.hpp"
+#include "support/timing.hpp"
+#include "support/training_step.hpp"
+
+namespace hybridseq::bench {
+namespace {
+
+using Space = DefaultSpace;
+namespace att = kernels::attention;
+
+void copy(benchmark::State& state) {
+  const std::int64_t n = state.range(0) * (1 << 20) / sizeof(float);
+  Tensor<float*, Space> from("from", n), to("to", n);
+  Kokkos::deep_copy(from, 1.0f);
+  for (auto _ : state) {
+    Kokkos::deep_copy(Space{}, to, from);
+    Space().fence();
+  }
+  state.counters["GB/s"] = per_second(2.0 * double(n) * sizeof(float) * 1e-9);
+}
+
+void gemm(benchmark::State& state) {
+  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  Tensor<float**, Space> a("a", m, k), b("b", k, n), c("c", m, n);
+  core::fill(Space{}, core::flat(a), core::Init::normal(1.0), 3, 1);
+  core::fill(Space{}, core::flat(b), core::Init::normal(1.0), 3, 2);
+  kernels::set_gemm_math(state.range(3) ? kernels::GemmMath::tf32 : kernels::GemmMath::fp32);
+  const auto call = [&] { kernels::gemm(Space{}, kernels::Op::none, kernels::Op::none, 1.0f, a, b, 0.0f, c); };
+  call();
+  Space().fence();
+  for (auto _ : state) {
+    call();
+    Space().fence();
+  }
+  kernels::set_gemm_math(kernels::GemmMath::fp32);
+  state.counters["TFLOP/s"] = per_second(2.0 * double(m) * n * k * 1e-12);
+}
+
+constexpr int attention_heads = 16, attention_tokens = 16384;
+
+template <bool Backward>
+void attention(benchmark::State& state) {
+  const std::int64_t t = state.range(0), b = attention_tokens / t;
+  AttentionProblem<Space> p(t, b, attention_heads);
+  const auto args = p.args();
+  const auto grads = p.grads();
+  const auto call = [&] {
+    att::forward<att::Causal, float>(Space{}, args);
+    if constexpr (Backward) att::backward<att::Causal, float>(Space{}, args, grads);
+  };
+  call();
+  Space().fence();
+  for (auto _ : state) {
+    call();
+    Space().fence();
+  }
+  const double forward_flop = 4.0 * double(att::visible_entries<att::Causal>(t)) * p.head_dim * p.heads * double(b);
+  state.counters["TFLOP/s"] = per_second((Backward ? 3.5 : 1.0) * forward_flop * 1e-12);
+  state.counters["B"] = double(b);
+}
+
+template <bool Backward>
+void selective_scan(benchmark::State& state) {
+  const int b = int(state.range(0)), t = int(state.range(1)), di = int(state.range(2));
+  ScanProblem<Space> in(b, t, di);
+  core::Workspace<Space> ws;
+  const auto call = [&] {
+    in.forward();
+    if constexpr (Backward) {
+      core::WorkspaceScope scope(ws);
+      in.backward(ws);
+    }
+  };
+  call();
+  Space().fence();
+  for (auto _ : state) {
+    call();
+    Space().fence();
+  }
+  const double channels = double(b) * t * di, rows = double(b) * t * 2 * scan_n;
+  const double checkpoints = double(in.chunks.span());
+  // Forward: u, Δ, B, C read; y, checkpoints written. Backward: u, Δ, dy, B, C, checkpoints
+  // read; du, dΔ, dB, dC written.
+  const double bytes =
+      sizeof(float) * (3 * channels + rows + checkpoints + (Backward ? 5 * channels + 2 * rows + checkpoints : 0));
+  state.counters["GB/s"] = per_second(bytes * 1e-9);
+  state.counters["bytes"] = bytes;
+}
+
+// The 135 M-parameter Transformer: GPT-2-small's width and depth, a 32 K vocabulary, an untied head.
+constexpr int model_vocab = 32768, model_layers = 12;
+using BigTransformer = models::Transformer<model_vocab, models::NeoxShape{768, 12, 64, 64, 3072}, float, Space>;
+
+void train_step(benchmark::State& state) {
+  const std::int64_t b = state.range(0), t = state.range(1);
+  kernels::set_gemm_math(state.range(2) ? kernels::GemmMath::tf32 : kernels::GemmMath::fp32);
+  BigTransformer::Options options;
+  options.body.count = model_layers;
+  BigTransformer model(options);
+  core::initialize(model, 1);
+  TrainingStep step(model, b, t, model_vocab, 1e-4);
+  step();  // the arena's first allocation and the optimizer's moments, outside the timing
+  for (auto _ : state) step();
+  // Where a step's time goes, on stderr (stdout may be the JSON): one more step, every kernel
+  // fenced and timed by name.
+  const auto times = kernel_times(step);
+  double total = 0;
+  for (const auto& k : times) total += k.seconds;
+  std::fprintf(stderr, "train_step/transformer (tf32 %d): one step, %.1f ms with every kernel fenced; by kernel:\n",
+               int(state.range(2)), total * 1e3);
+  for (std::size_t i = 0; i < times.size() && i < 16; ++i)
+    std::fprintf(stderr, "  %8.2f ms %5.1f %%  %5llu calls  %s\n", times[i].seconds * 1e3,
+                 100 * times[i].seconds / total, static_cast<unsigned long long>(times[i].calls),
+                 times[i].name.c_str());
+  kernels::set_gemm_math(kernels::GemmMath::fp32);
+  const double parameters = double(core::parameter_count(model));
+  const double matrix_parameters = parameters - double(model_vocab) * 768;  // the embedding is a lookup
+  const double attention_flop =
+      3.5 * 4.0 * double(att::visible_entries<att::Causal>(t)) * 768 * double(b) * model_layers;
+  state.counters["tokens/s"] = per_second(double(b * t));
+  state.counters["TFLOP/s"] = per_second((6.0 * matrix_parameters * double(b * t) + attention_flop) * 1e-12);
+  state.counters["parameters"] = parameters;
+}
+
+const Registration registration([] {
+  benchmark::RegisterBenchmark("copy", copy)->Arg(1024)->ArgName("MiB")->UseRealTime()->Unit(benchmark::kMillisecond);
+  for (int tf32 : {0, 1}) {
+    benchmark::RegisterBenchmark("gemm", gemm)
+        ->Args({4096, 4096, 4096, tf32})
+        ->Args({8192, 3072, 768, tf32})  // the MLP's first Linear over 8192 tokens
+        ->ArgNames({"M", "N", "K", "tf32"})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (int t : {1024, 4096}) {
+    benchmark::RegisterBenchmark("attention_fwd/causal", attention<false>)
+        ->Arg(t)
+        ->ArgName("T")
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("attention_fwd_bwd/causal", attention<true>)
+        ->Arg(t)
+        ->ArgName("T")
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  benchmark::RegisterBenchmark("selective_scan_fwd", selective_scan<false>)
+      ->Args({8, 2048, 2048})
+      ->ArgNames({"B", "T", "Di"})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("selective_scan_fwd_bwd", selective_scan<true>)
+      ->Args({8, 2048, 2048})
+      ->ArgNames({"B", "T", "Di"})
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("train_step/transformer", train_step)
+      ->Args({8, 1024, 0})
+      ->Args({8, 1024, 1})
+      ->ArgNames({"B", "T", "tf32"})
+      ->Iterations(3)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+});
+
+}  // namespace
+}  // namespace hybridseq::bench
