@@ -8,6 +8,7 @@
 #include <limits>
 
 #include <hybridseq/kernels/activations.hpp>
+#include <hybridseq/kernels/norms.hpp>
 
 #include "cases/primitive_cases.hpp"
 #include "support/spaces.hpp"
@@ -70,4 +71,40 @@ TEST_CASE("float GELU: the branch-free normal CDF and GELU' match libm in double
   CHECK(kernels::normal_cdf_polynomial(-std::numeric_limits<float>::infinity()) == 0.0f);
   CHECK(kernels::normal_cdf_polynomial(std::numeric_limits<float>::infinity()) == 1.0f);
   CHECK(std::isnan(kernels::normal_cdf_polynomial(std::numeric_limits<float>::quiet_NaN())));
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("column reductions: the per-column device path equals the per-block host path",
+                          "[layers][kernels]") {
+  // reduce_column_blocks runs f(block) on host spaces and f.column(block, j) on devices: each
+  // partial sums the same terms in the same order. Both paths run here, on any space, against
+  // each other (to float rounding: a compiler may contract the two loops differently), with
+  // 200 rows = 3 full blocks of 64 and a partial one.
+  using Space = TestType;
+  using namespace kernels::detail;
+  const std::int64_t rows = 200, cols = 37, blocks = column_blocks(rows);
+  Tensor<float**, Space> x("x", rows, cols), dy("dy", rows, cols);
+  Tensor<float*, Space> mean("mean", rows), rstd("rstd", rows);
+  core::fill(Space{}, core::flat(x), core::Init::normal(1.0), 5, 1);
+  core::fill(Space{}, core::flat(dy), core::Init::normal(1.0), 5, 2);
+  core::fill(Space{}, mean, core::Init::normal(0.3), 5, 3);
+  core::fill(Space{}, rstd, core::Init::uniform(0.5, 2.0), 5, 4);
+  const auto both = [&](auto make, auto... partials) {
+    // make(p...) builds the functor writing into partials p...: once per path.
+    std::vector<std::vector<double>> by_block, by_column;
+    Kokkos::parallel_for(Kokkos::RangePolicy<Space>(0, blocks), make(partials.first...));
+    Kokkos::parallel_for(Kokkos::RangePolicy<Space>(0, blocks * cols),
+                         ColumnOfBlock<decltype(make(partials.second...))>{make(partials.second...), cols});
+    Space().fence();
+    for (const auto& p : {partials...}) {
+      const auto a = testing::to_vector(p.first), b = testing::to_vector(p.second);
+      REQUIRE(a.size() == std::size_t(blocks * cols));
+      for (std::size_t i = 0; i < a.size(); ++i) CHECK(b[i] == Approx(a[i]).epsilon(1e-5).margin(1e-5));
+    }
+  };
+  const auto pair = [&] {
+    return std::pair{Tensor<float**, Space>("p", blocks, cols), Tensor<float**, Space>("q", blocks, cols)};
+  };
+  both([&](auto p) { return BlockColumnSums<float, Space>{dy, p}; }, pair());
+  both([&](auto p) { return RmsNormBackwardWeight<float, Space>{x, dy, rstd, p}; }, pair());
+  both([&](auto w, auto b) { return LayerNormBackwardParams<float, Space>{x, dy, mean, rstd, w, b}; }, pair(), pair());
 }

@@ -64,6 +64,12 @@ struct RmsNormBackwardWeight {
       for (std::int64_t j = 0; j < d; ++j) partial(block, j) += dy(r, j) * x(r, j) * s;
     }
   }
+  KOKKOS_INLINE_FUNCTION void column(const std::int64_t block, const std::int64_t j) const {
+    const RowBlock rows(block, x.extent(0));
+    T acc = 0;
+    for (std::int64_t r = rows.begin; r < rows.end; ++r) acc += dy(r, j) * x(r, j) * rstd(r);
+    partial(block, j) = acc;
+  }
 };
 
 template <class T, class Space>
@@ -132,6 +138,16 @@ struct LayerNormBackwardParams {
       }
     }
   }
+  KOKKOS_INLINE_FUNCTION void column(const std::int64_t block, const std::int64_t j) const {
+    const RowBlock rows(block, x.extent(0));
+    T acc_w = 0, acc_b = 0;
+    for (std::int64_t r = rows.begin; r < rows.end; ++r) {
+      acc_w += dy(r, j) * (x(r, j) - mean(r)) * rstd(r);
+      acc_b += dy(r, j);
+    }
+    partial_w(block, j) = acc_w;
+    partial_b(block, j) = acc_b;
+  }
 };
 
 }  // namespace detail
@@ -152,8 +168,8 @@ void rmsnorm_backward(const Space& exec, TensorArg<const T**, Space> x, TensorAr
                  detail::RmsNormBackwardInput<T, Space>{x, dy, w, rstd, dx});
   if (rows == 0) return;
   const auto partial = detail::block_partials<T, Space>("hybridseq::kernels::rmsnorm::partial", rows, d);
-  elementwise<T>("hybridseq::kernels::rmsnorm::backward_weight", exec, partial.extent(0), column_block_rows * d,
-                 detail::RmsNormBackwardWeight<T, Space>{x, dy, rstd, partial});
+  detail::reduce_column_blocks<T>("hybridseq::kernels::rmsnorm::backward_weight", exec, rows, d, 1,
+                                  detail::RmsNormBackwardWeight<T, Space>{x, dy, rstd, partial});
   detail::combine_blocks<T>(exec, partial, dw);
 }
 
@@ -176,8 +192,8 @@ void layernorm_backward(const Space& exec, TensorArg<const T**, Space> x, Tensor
   if (rows == 0) return;
   const auto partial_w = detail::block_partials<T, Space>("hybridseq::kernels::layernorm::partial_w", rows, d);
   const auto partial_b = detail::block_partials<T, Space>("hybridseq::kernels::layernorm::partial_b", rows, d);
-  elementwise<T>("hybridseq::kernels::layernorm::backward_params", exec, partial_w.extent(0), column_block_rows * 2 * d,
-                 detail::LayerNormBackwardParams<T, Space>{x, dy, mean, rstd, partial_w, partial_b});
+  detail::reduce_column_blocks<T>("hybridseq::kernels::layernorm::backward_params", exec, rows, d, 2,
+                                  detail::LayerNormBackwardParams<T, Space>{x, dy, mean, rstd, partial_w, partial_b});
   detail::combine_blocks<T>(exec, partial_w, dw);
   detail::combine_blocks<T>(exec, partial_b, db);
 }
