@@ -44,14 +44,22 @@ namespace {
 using Space = DefaultSpace;
 namespace att = kernels::attention;
 
+/// The benchmark loop of one kernel call: a warm-up call, then each timed call fenced.
+template <class F>
+void time_fenced(benchmark::State& state, const F& call) {
+  call();
+  Space().fence();
+  for (auto _ : state) {
+    call();
+    Space().fence();
+  }
+}
+
 void copy(benchmark::State& state) {
   const std::int64_t n = state.range(0) * (1 << 20) / sizeof(float);
   Tensor<float*, Space> from("from", n), to("to", n);
   Kokkos::deep_copy(from, 1.0f);
-  for (auto _ : state) {
-    Kokkos::deep_copy(Space{}, to, from);
-    Space().fence();
-  }
+  time_fenced(state, [&] { Kokkos::deep_copy(Space{}, to, from); });
   state.counters["GB/s"] = per_second(2.0 * double(n) * sizeof(float) * 1e-9);
 }
 
@@ -62,12 +70,7 @@ void gemm(benchmark::State& state) {
   core::fill(Space{}, core::flat(b), core::Init::normal(1.0), 3, 2);
   kernels::set_gemm_math(state.range(3) ? kernels::GemmMath::tf32 : kernels::GemmMath::fp32);
   const auto call = [&] { kernels::gemm(Space{}, kernels::Op::none, kernels::Op::none, 1.0f, a, b, 0.0f, c); };
-  call();
-  Space().fence();
-  for (auto _ : state) {
-    call();
-    Space().fence();
-  }
+  time_fenced(state, call);
   kernels::set_gemm_math(kernels::GemmMath::fp32);
   state.counters["TFLOP/s"] = per_second(2.0 * double(m) * n * k * 1e-12);
 }
@@ -84,12 +87,7 @@ void attention(benchmark::State& state) {
     att::forward<att::Causal, float>(Space{}, args);
     if constexpr (Backward) att::backward<att::Causal, float>(Space{}, args, grads);
   };
-  call();
-  Space().fence();
-  for (auto _ : state) {
-    call();
-    Space().fence();
-  }
+  time_fenced(state, call);
   const double forward_flop = 4.0 * double(att::visible_entries<att::Causal>(t)) * p.head_dim * p.heads * double(b);
   state.counters["TFLOP/s"] = per_second((Backward ? 3.5 : 1.0) * forward_flop * 1e-12);
   state.counters["B"] = double(b);
@@ -107,12 +105,7 @@ void selective_scan(benchmark::State& state) {
       in.backward(ws);
     }
   };
-  call();
-  Space().fence();
-  for (auto _ : state) {
-    call();
-    Space().fence();
-  }
+  time_fenced(state, call);
   const double channels = double(b) * t * di, rows = double(b) * t * 2 * scan_n;
   const double checkpoints = double(in.chunks.span());
   // Forward: u, Δ, B, C read; y, checkpoints written. Backward: u, Δ, dy, B, C, checkpoints
