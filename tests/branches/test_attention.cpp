@@ -229,7 +229,13 @@ HYBRIDSEQ_SPACE_TEST_CASE("team attention kernels (the device algorithm) match t
   check_against_oracle<att::EcpPairs<16>, S, team>(2, 80, 2, 1, 4, 0.5);
   check_against_oracle<att::PerceiverCross<70>, S, team>(1, 200, 2, 2, 8, 0.2);
   check_against_oracle<att::EcpPairs<100>, S, team>(1, 300, 2, 2, 8);
-  // Dh = 200 stages 7 rows per step (24 KB of doubles), so blocks end mid-step.
+  // The register copies at their bounds and between them (Dh 40 runs the 64-lane copy with
+  // lanes predicated off); keys cross several staged blocks.
+  check_against_oracle<att::Causal, S, team>(1, 100, 2, 1, 32, 0.2);
+  check_against_oracle<att::Causal, S, team>(2, 70, 2, 2, 40);
+  check_against_oracle<att::SlidingWindow<20>, S, team>(1, 130, 2, 1, 64);
+  // Dh > 64 runs the in-memory copy; Dh = 200 stages 7 rows per step (24 KB of doubles), so
+  // blocks end mid-step.
   check_against_oracle<att::Causal, S, team>(1, 150, 2, 1, 200, 0.3);
 }
 

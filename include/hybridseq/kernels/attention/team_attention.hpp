@@ -9,8 +9,8 @@
 /// Work split (FlashAttention-2's, one thread per row instead of one warp per tile):
 ///   forward     a team per (batch, head, tile_q query rows); a thread owns a query row:
 ///               its running max and sum, its output row. The team stages key/value rows
-///               in scratch, key_rows(Dh) at a time, and each thread scores its row
-///               against them, rescales and accumulates.
+///               in scratch, a block at a time, and each thread scores its row against
+///               them, rescales and accumulates.
 ///   backward 1  a team per (batch, kv head, tile_k key rows); a thread owns a key row and
 ///               accumulates its dK, dV rows over the query rows of every head of the group,
 ///               staged in scratch (Q, dO, LSE, Δ).
@@ -19,15 +19,35 @@
 /// No gradient row has two writers, so backward is deterministic without atomics; team
 /// scratch stays within 40 KB (the level-0 budget on every CUDA GPU Kokkos supports).
 ///
+/// Two copies of that split, chosen by the head dim:
+///   Dh ≤ 64     (detail::in_registers) a thread keeps its own rows in registers — the query
+///               and output rows in forward; the key and value rows in dK/dV; the query and
+///               dO rows in dQ — and the scores of a staged block too: the head dim is a
+///               compile-time bound (32 or 64, the lanes past Dh predicated off), so every
+///               index is a constant once the loops unroll. Accumulators in global memory
+///               (dK, dV, dQ) are read and written once per staged block, not per score.
+///   Dh > 64     (detail::in_memory) the rows are read where they lie (64 rows of more than
+///               64 registers each would spill); output and dQ rows accumulate in memory.
+/// Both add in the same order, so they give the same bits for the same head dim.
+///
 /// The query and key blocks are tile_q and tile_k, the tiled kernel's: the temperature
 /// partials (AttentionGrads::dalpha) keep its (B, H, query tiles) layout.
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "../../core/spaces.hpp"
 #include "../exp.hpp"
 #include "tiled_attention.hpp"
+
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+// The register copies index their row arrays with loop counters: the arrays stay in registers
+// only when the loops unroll completely.
+#define HYBRIDSEQ_DEVICE_UNROLL _Pragma("unroll")
+#else
+#define HYBRIDSEQ_DEVICE_UNROLL
+#endif
 
 namespace hybridseq::kernels::attention::team {
 
@@ -79,13 +99,17 @@ KOKKOS_INLINE_FUNCTION void visible(std::int64_t p, std::int64_t n, std::int64_t
   c1 = e < 0 ? 0 : (e > cols ? cols : e);
 }
 
-/// Copies `rows` rows of Dh from `from` (starting at time t0) into dense scratch (rows × Dh).
+/// Copies `rows` rows of Dh from `from` (starting at time t0) into scratch, row r at
+/// to + r · stride (stride ≥ Dh).
 template <class T, class Member>
 KOKKOS_INLINE_FUNCTION void stage(const Member& team, const HeadRows<const T>& from, std::int64_t b, std::int64_t t0,
-                                  int h, std::int64_t rows, int dh, T* to) {
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * dh),
-                       [&](const std::int64_t e) { to[e] = from.row(b, t0 + e / dh, h)[e % dh]; });
+                                  int h, std::int64_t rows, int dh, T* to, int stride) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * dh), [&](const std::int64_t e) {
+    to[e / dh * stride + e % dh] = from.row(b, t0 + e / dh, h)[e % dh];
+  });
 }
+
+namespace in_memory {
 
 template <class Scheme, class T, class Space>
 struct Forward {
@@ -121,8 +145,8 @@ struct Forward {
     for (std::int64_t k0 = kb; k0 < ke; k0 += kt) {
       const std::int64_t cols = ke - k0 < kt ? ke - k0 : kt;
       team.team_barrier();  // every thread is done with the previous rows
-      stage<T>(team, a.k, b, k0, hk, cols, dh, ks);
-      stage<T>(team, a.v, b, k0, hk, cols, dh, vs);
+      stage<T>(team, a.k, b, k0, hk, cols, dh, ks, dh);
+      stage<T>(team, a.v, b, k0, hk, cols, dh, vs, dh);
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
         std::int64_t c0, c1;
@@ -196,8 +220,8 @@ struct BackwardKV {
       for (std::int64_t i0 = i_begin; i0 < i_end; i0 += qt) {
         const std::int64_t rows = i_end - i0 < qt ? i_end - i0 : qt;
         team.team_barrier();
-        stage<T>(team, a.q, b, i0, h, rows, dh, qs);
-        stage<T>(team, g.d_o, b, i0, h, rows, dh, dos);
+        stage<T>(team, a.q, b, i0, h, rows, dh, qs, dh);
+        stage<T>(team, g.d_o, b, i0, h, rows, dh, dos, dh);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
           lse[r] = a.lse[(b * a.heads + h) * a.tq + i0 + r];
           delta[r] = g.delta[(b * a.heads + h) * a.tq + i0 + r];
@@ -261,8 +285,8 @@ struct BackwardQ {
     for (std::int64_t k0 = kb; k0 < ke; k0 += kt) {
       const std::int64_t cols = ke - k0 < kt ? ke - k0 : kt;
       team.team_barrier();
-      stage<T>(team, a.k, b, k0, hk, cols, dh, ks);
-      stage<T>(team, a.v, b, k0, hk, cols, dh, vs);
+      stage<T>(team, a.k, b, k0, hk, cols, dh, ks, dh);
+      stage<T>(team, a.v, b, k0, hk, cols, dh, vs, dh);
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
         std::int64_t c0, c1;
@@ -290,6 +314,285 @@ struct BackwardQ {
   }
 };
 
+}  // namespace in_memory
+
+namespace in_registers {
+/// Rows staged per block: keys in forward and dQ (a thread's scores of the block live in its
+/// registers), queries in dK/dV (their probabilities and dS live in registers).
+inline constexpr int key_block = 32, query_block = 16;
+
+/// A thread's copy of a Dh-wide row, DH ≥ Dh lanes in registers, the lanes past Dh zero.
+template <class T, int DH>
+struct Row {
+  T x[DH];
+
+  KOKKOS_INLINE_FUNCTION void load(const T* p, int dh) {
+    HYBRIDSEQ_DEVICE_UNROLL
+    for (int d = 0; d < DH; ++d) x[d] = d < dh ? p[d] : T(0);
+  }
+  /// Σ_d x[d] · y[d] over the first dh lanes, in the order of d (the in-memory kernels' dot).
+  KOKKOS_INLINE_FUNCTION T dot(const T* y, int dh) const {
+    T s = 0;
+    HYBRIDSEQ_DEVICE_UNROLL
+    for (int d = 0; d < DH; ++d)
+      if (d < dh) s += x[d] * y[d];
+    return s;
+  }
+};
+
+// Each kernel loops over the rows of its block, a thread taking rows team_rank, team_rank +
+// team_size, …: on a device the team has a thread per row, so each thread takes one row and
+// holds it through every staged block; on the host the team's one thread takes them in turn.
+// Every thread runs every staged block's barriers, rows or not.
+
+template <class Scheme, class T, class Space, int DH>
+struct Forward {
+  AttentionArgs<T> a;
+  std::int64_t n_qtiles;
+
+  static std::size_t scratch_bytes() { return 2 * padded(sizeof(T) * key_block * DH); }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
+    const std::int64_t task = team.league_rank(), qt = task % n_qtiles, bh = task / n_qtiles;
+    const int h = int(bh % a.heads), hk = h / (a.heads / a.kv_heads), dh = a.head_dim;
+    const std::int64_t b = bh / a.heads, n = a.tk, i0 = qt * tile_q;
+    const std::int64_t rows = a.tq - i0 < tile_q ? a.tq - i0 : tile_q;
+    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    const T alpha = a.alpha[h];
+    T* ks = scratch<T>(team, std::int64_t(key_block) * DH);
+    T* vs = scratch<T>(team, std::int64_t(key_block) * DH);
+    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+
+    for (int r = team.team_rank(); r < tile_q; r += team.team_size()) {
+      const bool mine = r < rows;
+      Row<T, DH> q;
+      if (mine) q.load(a.q.row(b, i0 + r, h), dh);
+      T o[DH];
+      HYBRIDSEQ_DEVICE_UNROLL
+      for (int d = 0; d < DH; ++d) o[d] = 0;
+      T m = attention::detail::neg_inf<T>(), l = 0;
+      for (std::int64_t k0 = kb; k0 < ke; k0 += key_block) {
+        const std::int64_t cols = ke - k0 < key_block ? ke - k0 : key_block;
+        team.team_barrier();  // every thread is done with the previous block
+        stage<T>(team, a.k, b, k0, hk, cols, dh, ks, DH);
+        stage<T>(team, a.v, b, k0, hk, cols, dh, vs, DH);
+        team.team_barrier();
+        if (!mine) continue;
+        std::int64_t c0, c1;
+        visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
+        if (c0 >= c1) continue;
+        T s[key_block];
+        T mx = m;
+        HYBRIDSEQ_DEVICE_UNROLL
+        for (int c = 0; c < key_block; ++c) {
+          s[c] = 0;
+          if (c >= c0 && c < c1) {
+            s[c] = alpha * q.dot(ks + c * DH, dh);
+            mx = s[c] > mx ? s[c] : mx;
+          }
+        }
+        const T correction = math::exp(m - mx);  // 0 on the first visible block
+        T sum = 0;
+        HYBRIDSEQ_DEVICE_UNROLL
+        for (int c = 0; c < key_block; ++c)
+          if (c >= c0 && c < c1) {
+            s[c] = exp_in_loop(s[c] - mx);
+            sum += s[c];
+          }
+        if (a.dropout.active()) {  // after the row sum: the normaliser is the undropped one
+          HYBRIDSEQ_DEVICE_UNROLL
+          for (int c = 0; c < key_block; ++c)
+            if (c >= c0 && c < c1) s[c] *= a.dropout_factor(b, h, i0 + r, k0 + c);
+        }
+        l = l * correction + sum;
+        m = mx;
+        HYBRIDSEQ_DEVICE_UNROLL
+        for (int d = 0; d < DH; ++d) {
+          if (d >= dh) continue;
+          T acc = o[d] * correction;
+          HYBRIDSEQ_DEVICE_UNROLL
+          for (int c = 0; c < key_block; ++c)
+            if (c >= c0 && c < c1) acc += s[c] * vs[c * DH + d];
+          o[d] = acc;
+        }
+      }
+      if (!mine) continue;
+      const T inv = T(1) / l;
+      T* out = a.o.row(b, i0 + r, h);
+      HYBRIDSEQ_DEVICE_UNROLL
+      for (int d = 0; d < DH; ++d)
+        if (d < dh) out[d] = o[d] * inv;
+      a.lse[(b * a.heads + h) * a.tq + i0 + r] = m + math::log(l);
+    }
+  }
+};
+
+/// dK, dV for one (batch, kv head, key block): a thread per key row, its key and value rows
+/// in registers; dK and dV rows updated once per staged block of query rows.
+template <class Scheme, class T, class Space, int DH>
+struct BackwardKV {
+  AttentionArgs<T> a;
+  AttentionGrads<T> g;
+  std::int64_t n_ktiles;
+
+  static std::size_t scratch_bytes() {
+    return 2 * padded(sizeof(T) * query_block * DH) + 2 * padded(sizeof(T) * query_block);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
+    const std::int64_t task = team.league_rank(), kt = task % n_ktiles, bh = task / n_ktiles;
+    const int hk = int(bh % a.kv_heads), dh = a.head_dim, group = a.heads / a.kv_heads;
+    const std::int64_t b = bh / a.kv_heads, n = a.tk, k0 = kt * tile_k;
+    const std::int64_t cols = n - k0 < tile_k ? n - k0 : tile_k;
+    T* qs = scratch<T>(team, std::int64_t(query_block) * DH);
+    T* dos = scratch<T>(team, std::int64_t(query_block) * DH);
+    T* lse = scratch<T>(team, query_block);
+    T* delta = scratch<T>(team, query_block);
+    const std::int64_t i_begin = attention::detail::first_query_seeing<Scheme>(k0, a.q0, a.tq, n);
+    const std::int64_t i_end = attention::detail::end_query_seeing<Scheme>(k0 + cols, a.q0, a.tq, n);
+
+    for (int c = team.team_rank(); c < tile_k; c += team.team_size()) {
+      const bool mine = c < cols;
+      const std::int64_t key = k0 + c;
+      Row<T, DH> k, v;
+      T* dk = nullptr;
+      T* dv = nullptr;
+      if (mine) {
+        k.load(a.k.row(b, key, hk), dh);
+        v.load(a.v.row(b, key, hk), dh);
+        dk = g.dk.row(b, key, hk);
+        dv = g.dv.row(b, key, hk);
+        for (int d = 0; d < dh; ++d) dk[d] = 0, dv[d] = 0;
+      }
+      for (int h = hk * group; h < (hk + 1) * group; ++h) {
+        const T alpha = a.alpha[h];
+        for (std::int64_t i0 = i_begin; i0 < i_end; i0 += query_block) {
+          const std::int64_t rows = i_end - i0 < query_block ? i_end - i0 : query_block;
+          team.team_barrier();
+          stage<T>(team, a.q, b, i0, h, rows, dh, qs, DH);
+          stage<T>(team, g.d_o, b, i0, h, rows, dh, dos, DH);
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
+            lse[r] = a.lse[(b * a.heads + h) * a.tq + i0 + r];
+            delta[r] = g.delta[(b * a.heads + h) * a.tq + i0 + r];
+          });
+          team.team_barrier();
+          if (!mine) continue;
+          T pv[query_block], dsa[query_block];
+          bool seen[query_block];
+          HYBRIDSEQ_DEVICE_UNROLL
+          for (int r = 0; r < query_block; ++r) {
+            const std::int64_t p = a.q0 + i0 + r;
+            seen[r] = r < rows && key >= Scheme::key_begin(p, n) && key < Scheme::key_end(p, n);
+            pv[r] = dsa[r] = 0;
+            if (!seen[r]) continue;
+            const T prob = exp_in_loop(alpha * k.dot(qs + r * DH, dh) - lse[r]);
+            const T factor = a.dropout.active() ? a.dropout_factor(b, h, i0 + r, key) : T(1);
+            const T ds = prob * (v.dot(dos + r * DH, dh) * factor - delta[r]);
+            pv[r] = prob * factor;
+            dsa[r] = alpha * ds;
+          }
+          HYBRIDSEQ_DEVICE_UNROLL
+          for (int d = 0; d < DH; ++d) {
+            if (d >= dh) continue;
+            T sv = dv[d], sk = dk[d];
+            HYBRIDSEQ_DEVICE_UNROLL
+            for (int r = 0; r < query_block; ++r)
+              if (seen[r]) {
+                sv += pv[r] * dos[r * DH + d];
+                sk += dsa[r] * qs[r * DH + d];
+              }
+            dv[d] = sv;
+            dk[d] = sk;
+          }
+        }
+      }
+    }
+  }
+};
+
+/// dQ and the temperature partial for one (batch, head, query block): a thread per query
+/// row, its query and dO rows in registers; its dQ row updated once per staged key block.
+template <class Scheme, class T, class Space, int DH>
+struct BackwardQ {
+  AttentionArgs<T> a;
+  AttentionGrads<T> g;
+  std::int64_t n_qtiles;
+
+  static std::size_t scratch_bytes() {
+    return padded(sizeof(double) * tile_q) + 2 * padded(sizeof(T) * key_block * DH);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
+    const std::int64_t task = team.league_rank(), qt = task % n_qtiles, bh = task / n_qtiles;
+    const int h = int(bh % a.heads), hk = h / (a.heads / a.kv_heads), dh = a.head_dim;
+    const std::int64_t b = bh / a.heads, n = a.tk, i0 = qt * tile_q;
+    const std::int64_t rows = a.tq - i0 < tile_q ? a.tq - i0 : tile_q;
+    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    const T alpha = a.alpha[h];
+    double* dalpha = scratch<double>(team, tile_q);  // Σ_j dS ⊙ S of each row
+    T* ks = scratch<T>(team, std::int64_t(key_block) * DH);
+    T* vs = scratch<T>(team, std::int64_t(key_block) * DH);
+    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+
+    for (int r = team.team_rank(); r < tile_q; r += team.team_size()) {
+      const bool mine = r < rows;
+      const std::int64_t i = i0 + r;
+      Row<T, DH> q, d_o;
+      T lse = 0, delta = 0;
+      T* dq = nullptr;
+      double da = 0;
+      if (mine) {
+        q.load(a.q.row(b, i, h), dh);
+        d_o.load(g.d_o.row(b, i, h), dh);
+        lse = a.lse[(b * a.heads + h) * a.tq + i];
+        delta = g.delta[(b * a.heads + h) * a.tq + i];
+        dq = g.dq.row(b, i, h);
+        for (int d = 0; d < dh; ++d) dq[d] = 0;
+      }
+      for (std::int64_t k0 = kb; k0 < ke; k0 += key_block) {
+        const std::int64_t cols = ke - k0 < key_block ? ke - k0 : key_block;
+        team.team_barrier();
+        stage<T>(team, a.k, b, k0, hk, cols, dh, ks, DH);
+        stage<T>(team, a.v, b, k0, hk, cols, dh, vs, DH);
+        team.team_barrier();
+        if (!mine) continue;
+        std::int64_t c0, c1;
+        visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
+        if (c0 >= c1) continue;
+        T dsa[key_block];
+        HYBRIDSEQ_DEVICE_UNROLL
+        for (int c = 0; c < key_block; ++c) {
+          dsa[c] = 0;
+          if (c < c0 || c >= c1) continue;
+          const T s = alpha * q.dot(ks + c * DH, dh);
+          const T factor = a.dropout.active() ? a.dropout_factor(b, h, i, k0 + c) : T(1);
+          const T ds = exp_in_loop(s - lse) * (d_o.dot(vs + c * DH, dh) * factor - delta);
+          da += double(ds) * double(s);
+          dsa[c] = alpha * ds;
+        }
+        HYBRIDSEQ_DEVICE_UNROLL
+        for (int d = 0; d < DH; ++d) {
+          if (d >= dh) continue;
+          T acc = dq[d];
+          HYBRIDSEQ_DEVICE_UNROLL
+          for (int c = 0; c < key_block; ++c)
+            if (c >= c0 && c < c1) acc += dsa[c] * ks[c * DH + d];
+          dq[d] = acc;
+        }
+      }
+      if (mine) dalpha[r] = da;
+    }
+    if (g.dalpha == nullptr) return;
+    team.team_barrier();
+    double total = 0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r, double& sum) { sum += dalpha[r]; }, total);
+    Kokkos::single(Kokkos::PerTeam(team),
+                   [&]() { g.dalpha[(b * a.heads + h) * n_qtiles + qt] = T(total / double(alpha)); });
+  }
+};
+}  // namespace in_registers
+
 template <class Functor, class Space>
 void launch(const char* label, const Space& exec, std::int64_t tasks, int rows, std::size_t scratch, const Functor& f) {
   if (tasks == 0) return;
@@ -297,16 +600,33 @@ void launch(const char* label, const Space& exec, std::int64_t tasks, int rows, 
   Kokkos::parallel_for(label, policy.set_scratch_size(0, Kokkos::PerTeam(scratch)), f);
 }
 
+/// Calls f with the register bound for the head dim (32 or 64), or with 0 for the in-memory
+/// kernels.
+template <class F>
+void with_register_bound(int head_dim, F&& f) {
+  if (head_dim <= 32) return f(std::integral_constant<int, 32>{});
+  if (head_dim <= 64) return f(std::integral_constant<int, 64>{});
+  f(std::integral_constant<int, 0>{});
+}
+
 }  // namespace detail
 
 /// O and LSE for every query row (the tiled kernel's contract).
 template <class Scheme, class T, class Space>
 void forward(const Space& exec, const AttentionArgs<T>& a) {
-  const std::int64_t nq = query_tiles(a.tq);
-  const int kt = staged_rows<T>(a.head_dim);
-  detail::launch("hybridseq::kernels::attention::forward[team]", exec, a.batch * a.heads * nq, tile_q,
-                 detail::Forward<Scheme, T, Space>::scratch_bytes(a.head_dim, kt),
-                 detail::Forward<Scheme, T, Space>{a, nq, kt});
+  constexpr const char* label = "hybridseq::kernels::attention::forward[team]";
+  const std::int64_t nq = query_tiles(a.tq), tasks = a.batch * a.heads * nq;
+  detail::with_register_bound(a.head_dim, [&](auto bound) {
+    constexpr int DH = decltype(bound)::value;
+    if constexpr (DH > 0) {
+      using F = detail::in_registers::Forward<Scheme, T, Space, DH>;
+      detail::launch(label, exec, tasks, tile_q, F::scratch_bytes(), F{a, nq});
+    } else {
+      using F = detail::in_memory::Forward<Scheme, T, Space>;
+      const int kt = staged_rows<T>(a.head_dim);
+      detail::launch(label, exec, tasks, tile_q, F::scratch_bytes(a.head_dim, kt), F{a, nq, kt});
+    }
+  });
 }
 
 /// dQ, dK, dV (overwritten) from dO, and, when g.dalpha is set, the per-(b, h, query tile)
@@ -317,14 +637,25 @@ void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads
   Kokkos::parallel_for("hybridseq::kernels::attention::delta[team]",
                        Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.heads * a.tq),
                        attention::detail::Delta<T, Space>{a, g});
+  constexpr const char* kv_label = "hybridseq::kernels::attention::backward_kv[team]";
+  constexpr const char* q_label = "hybridseq::kernels::attention::backward_q[team]";
   const std::int64_t nk = (a.tk + tile_k - 1) / tile_k, nq = query_tiles(a.tq);
-  const int rows = staged_rows<T>(a.head_dim);
-  detail::launch("hybridseq::kernels::attention::backward_kv[team]", exec, a.batch * a.kv_heads * nk, tile_k,
-                 detail::BackwardKV<Scheme, T, Space>::scratch_bytes(a.head_dim, rows),
-                 detail::BackwardKV<Scheme, T, Space>{a, g, nk, rows});
-  detail::launch("hybridseq::kernels::attention::backward_q[team]", exec, a.batch * a.heads * nq, tile_q,
-                 detail::BackwardQ<Scheme, T, Space>::scratch_bytes(a.head_dim, rows),
-                 detail::BackwardQ<Scheme, T, Space>{a, g, nq, rows});
+  const std::int64_t kv_tasks = a.batch * a.kv_heads * nk, q_tasks = a.batch * a.heads * nq;
+  detail::with_register_bound(a.head_dim, [&](auto bound) {
+    constexpr int DH = decltype(bound)::value;
+    if constexpr (DH > 0) {
+      using KV = detail::in_registers::BackwardKV<Scheme, T, Space, DH>;
+      using Q = detail::in_registers::BackwardQ<Scheme, T, Space, DH>;
+      detail::launch(kv_label, exec, kv_tasks, tile_k, KV::scratch_bytes(), KV{a, g, nk});
+      detail::launch(q_label, exec, q_tasks, tile_q, Q::scratch_bytes(), Q{a, g, nq});
+    } else {
+      using KV = detail::in_memory::BackwardKV<Scheme, T, Space>;
+      using Q = detail::in_memory::BackwardQ<Scheme, T, Space>;
+      const int rows = staged_rows<T>(a.head_dim);
+      detail::launch(kv_label, exec, kv_tasks, tile_k, KV::scratch_bytes(a.head_dim, rows), KV{a, g, nk, rows});
+      detail::launch(q_label, exec, q_tasks, tile_q, Q::scratch_bytes(a.head_dim, rows), Q{a, g, nq, rows});
+    }
+  });
 }
 
 }  // namespace hybridseq::kernels::attention::team
