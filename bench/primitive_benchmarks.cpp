@@ -4,8 +4,10 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -75,6 +77,35 @@ void sgemm_benchmark(benchmark::State& state) {
   for (auto _ : state) raw_sgemm<Space>(a, b, c, rows, in, out);
   kernels::detail::blas_threads(-1);
   state.counters["FLOP/s"] = per_second(2.0 * double(rows) * in * out);
+}
+
+/// gemm/<op>/M:m/K:k/N:n: the GEMM facade (kernels::gemm: above its size threshold one
+/// single-threaded BLAS call per thread, each a part of C) against one BLAS call threaded by
+/// OpenBLAS itself, on the same operands; op is NN, NT or TN (A and B transposed or not), the
+/// shapes a text_lm training step multiplies. Counter vs_blas_threads = OpenBLAS' time over the
+/// facade's, interleaved in this run (> 1: the facade is faster).
+template <class Space>
+void gemm_vs_blas_threads(benchmark::State& state, bool ta, bool tb) {
+  const std::int64_t m = state.range(0), k = state.range(1), n = state.range(2);
+  Tensor<float**, Space> a("a", ta ? k : m, ta ? m : k), b("b", tb ? n : k, tb ? k : n), c("c", m, n);
+  core::fill(a, 0.5f);
+  core::fill(b, 0.25f);
+  const auto op = [](bool t) { return t ? kernels::Op::transpose : kernels::Op::none; };
+  const auto facade = [&] { kernels::gemm(Space{}, op(ta), op(tb), 1.0f, a, b, 0.0f, c); };
+  const auto threaded = [&] {
+    openblas_set_num_threads(core::compat::concurrency(Space{}));
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
+                1.0f, a.data(), int(a.extent(1)), b.data(), int(b.extent(1)), 0.0f, c.data(), int(n));
+  };
+  for (auto _ : state) facade();
+  double ours = 1e30, blas = 1e30;
+  for (int r = 0; r < 3; ++r) {  // interleaved: load from other processes hits both alike
+    ours = std::min(ours, seconds_per_call<Space>(facade, 10, 3));
+    blas = std::min(blas, seconds_per_call<Space>(threaded, 10, 3));
+    kernels::detail::blas_threads(-1);  // the facade must set its own count again
+  }
+  state.counters["FLOP/s"] = per_second(2.0 * double(m) * double(n) * double(k));
+  state.counters["vs_blas_threads"] = blas / ours;
 }
 
 /// The float GELU the library runs (kernels::activation_forward/backward: a branch-free
@@ -154,6 +185,19 @@ void register_space() {
       ->Iterations(1)
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
+  // (M, K, N) of text_lm's step: forward X·Wᵀ (NT), backward dY·W (NN) and dYᵀ·X (TN).
+  const auto gemm = [&](const char* op, bool ta, bool tb, std::initializer_list<std::array<std::int64_t, 3>> shapes) {
+    auto* b =
+        benchmark::RegisterBenchmark(("gemm/" + std::string(op) + sfx).c_str(),
+                                     [ta, tb](benchmark::State& state) { gemm_vs_blas_threads<Space>(state, ta, tb); })
+            ->ArgNames({"M", "K", "N"})
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+    for (const auto& [m, k, n] : shapes) b->Args({m, k, n});
+  };
+  gemm("NT", false, true, {{2048, 128, 512}, {2048, 512, 128}, {2048, 128, 128}});
+  gemm("NN", false, false, {{2048, 512, 128}, {2048, 128, 512}});
+  gemm("TN", true, false, {{512, 2048, 128}, {128, 2048, 512}, {128, 2048, 128}});
   benchmark::RegisterBenchmark(("sgemm" + sfx).c_str(), sgemm_benchmark<Space>)
       ->ArgNames({"M", "K", "N"})
       ->Args({4096, 256, 768})

@@ -149,15 +149,48 @@ void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
 
 namespace detail {
 
+/// Parts of C's rows (or, when C is wider than tall, of its columns) that a product on `threads`
+/// threads is cut into: one per thread, each at least 64 wide, for products of at least 4 M
+/// multiply-adds; 1 for smaller ones.
+inline int gemm_parts(std::int64_t m, std::int64_t n, std::int64_t k, int threads) {
+  if (threads < 2 || m * n * k < (std::int64_t(1) << 22)) return 1;
+  return int(std::min<std::int64_t>(threads, std::max(m, n) / 64));
+}
+
+/// On OpenMP, a product big enough to share is cut into one part of C per thread, each a
+/// single-threaded BLAS call (a call inside a parallel region runs on its thread). OpenBLAS'
+/// own threading of the same product leaves a thread idle for many of a training step's
+/// shapes, (M, N, K) = (2048, 128, 512) or (512, 128, 2048) (docs/results.md, "One BLAS call
+/// per thread"). Every element of C is summed over the whole K by one call either way.
 template <class T, class Space>
 void gemm_host(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
                const MatrixIn<T, Space>& a, const MatrixIn<T, Space>& b, T beta, const MatrixOut<T, Space>& c) {
+  const T* pa = a.data();
+  const T* pb = b.data();
+  T* pc = c.data();
+  const std::int64_t lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
+  const int parts = gemm_parts(m, n, k, blas_threads_for(exec));
+  if (parts > 1) {
+    const bool rows = m >= n;  // cut the longer side of C
+    const std::int64_t extent = rows ? m : n;
+    Kokkos::parallel_for("hybridseq::kernels::gemm[parts]",
+                         Kokkos::RangePolicy<Space, Kokkos::Schedule<Kokkos::Static>>(exec, 0, parts),
+                         [=](const int part) {
+                           const std::int64_t lo = extent * part / parts / 16 * 16;
+                           const std::int64_t hi = part + 1 == parts ? extent : extent * (part + 1) / parts / 16 * 16;
+                           if (rows)  // rows lo..hi of C: rows of A, or columns of a transposed A
+                             host_gemm<T>(op_a, op_b, hi - lo, n, k, alpha, pa + (op_a == Op::none ? lo * lda : lo),
+                                          lda, pb, ldb, beta, pc + lo * ldc, ldc);
+                           else  // columns lo..hi of C: columns of B, or rows of a transposed B
+                             host_gemm<T>(op_a, op_b, m, hi - lo, k, alpha, pa, lda,
+                                          pb + (op_b == Op::none ? lo : lo * ldb), ldb, beta, pc + lo, ldc);
+                         });
+    return;
+  }
 #if defined(HYBRIDSEQ_WITH_BLAS)
   blas_threads(blas_threads_for(exec));
-#else
-  (void)exec;
 #endif
-  host_gemm<T>(op_a, op_b, m, n, k, alpha, a.data(), a.stride(0), b.data(), b.stride(0), beta, c.data(), c.stride(0));
+  host_gemm<T>(op_a, op_b, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc);
 }
 
 /// Device fallback: one thread per output element. Correct, not fast; cuBLAS goes here.
