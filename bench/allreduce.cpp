@@ -19,6 +19,7 @@
 #include <hybridseq/train/trainer.hpp>
 
 #include "support/tokens.hpp"
+#include "support/training_step.hpp"
 #include "text_lm_models.hpp"
 
 using namespace hybridseq;
@@ -64,10 +65,7 @@ void train_comparison(parallel::Mpi& world, int rounds) {
   Setting settings[2] = {{"sum after backward", 0, {}, {}, {}, 0},
                          {"overlapped with backward", train::TrainerOptions{}.gradient_bucket_bytes, {}, {}, {}, 0}};
   for (auto& s : settings) {
-    typename Model::Options o;
-    o.body.count = text_lm::transformer_layers;
-    s.model = std::make_unique<Model>(o);
-    core::initialize(*s.model, 1);
+    s.model = std::make_unique<Model>(bench::built<Model>(text_lm::transformer_layers));
     train::TrainerOptions options{.steps = steps,
                                   .accumulation = world.size(),
                                   .clip = 1.0,

@@ -29,15 +29,6 @@ namespace {
 using text_lm::Space;
 
 template <class Model>
-Model built(int layers) {
-  typename Model::Options o;
-  o.body.count = layers;
-  Model model(o);
-  core::initialize(model, 1);
-  return model;
-}
-
-template <class Model>
 void train_step(benchmark::State& state, int layers) {
   const std::int64_t b = state.range(0), t = state.range(1);
   auto model = built<Model>(layers);

@@ -13,6 +13,17 @@
 
 namespace hybridseq::bench {
 
+/// A model of `layers` blocks (Options::body.count), its parameters drawn from seed 1: how the
+/// benchmarks build text_lm's models.
+template <class Model>
+Model built(int layers) {
+  typename Model::Options o;
+  o.body.count = layers;
+  Model model(o);
+  core::initialize(model, 1);
+  return model;
+}
+
 template <class Model, class Space = typename Model::execution_space>
 class TrainingStep {
  public:

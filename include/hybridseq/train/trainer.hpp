@@ -316,9 +316,11 @@ class Trainer {
 
   /// The data-parallel step (see the file comment): this rank's micro-batches, each from a
   /// zero gradient, summed in a binary tree of flat buffers (level l holds the sum of 2^l
-  /// consecutive micro-batches), then the tree sum across ranks, unpacked into the gradients.
-  /// The last micro-batch's fold into the tree and the sum across ranks run piece by piece as
-  /// its backward finishes modules (GradientSum). Gathers the micro-batch losses, token counts
+  /// consecutive micro-batches), then the tree sum across ranks. The model's gradient
+  /// allocation is the last micro-batch's buffer: with one micro-batch per rank the sum across
+  /// ranks runs on it in place; with more, its tree's total is copied back into it. The last
+  /// micro-batch's fold into the tree and the sum across ranks run piece by piece as its
+  /// backward finishes modules (GradientSum). Gathers the micro-batch losses, token counts
   /// and stop requests of every rank.
   template <class Source>
   double shard_gradients(Source& source, TrainSummary& summary, bool& stop) {
@@ -328,8 +330,8 @@ class Trainer {
     std::int64_t scored = 0, tokens = 0;
     for (int j = 0; j < per_rank; ++j) {
       core::zero_grad(model_);
-      const Tensor<T*, Space> packed = take_buffer();
       const bool last = j + 1 == per_rank;
+      const Tensor<T*, Space> packed = last ? flat_layout().grads : take_buffer();
       GradientSum sum(*this, plan_fold(level, packed, last), packed, last);
       {
         std::optional<core::ListenToGradients<Space>> listen;
@@ -357,10 +359,11 @@ class Trainer {
     return finish_mean(loss, step_scored);
   }
 
-  /// Where each parameter's gradient sits in the flat buffers, in the parameter visitor's
-  /// order; built on first use (gradients are allocated once, with their parameters).
+  /// Where each parameter's gradient sits: storage order (core::for_each_parameter_in_storage_order),
+  /// the order of the model's one gradient allocation (the constructor's core::make_contiguous),
+  /// so that a run of parameters is one slice of it and of every flat buffer. Built on first use.
   struct FlatLayout {
-    std::vector<Tensor<T*, Space>> grads;
+    Tensor<T*, Space> grads;                             // the model's gradients, one run
     std::vector<std::int64_t> offsets;                   // gradient i at [offsets[i], offsets[i + 1])
     std::unordered_map<const void*, std::size_t> index;  // gradient data → i
   };
@@ -400,98 +403,106 @@ class Trainer {
   }
 
   /// One micro-batch's gradients on their way into the step's sum, a piece (a run of
-  /// parameters, contiguous in the flat buffers) at a time: packed, folded into the partial
-  /// sums (Fold) and, for the last micro-batch, started across ranks. As a GradientListener it
-  /// hears backward announce final gradients (core/gradient_listener.hpp) and sends each run
-  /// once it holds gradient_bucket_bytes; finish() takes whatever backward did not announce.
-  /// Every rank hears the same announcements in the same order, so every rank starts the same
-  /// pieces in the same order, as the communicator requires. Piece by piece or whole, every
-  /// element sees the same additions in the same order: the bits do not depend on the pieces.
+  /// parameters, one slice of the gradients and of the flat buffers) at a time: copied out of
+  /// the gradients (unless they are the micro-batch's buffer), folded into the partial sums
+  /// (Fold) and, for the last micro-batch, started across ranks. As a GradientListener it hears
+  /// backward announce final gradients (core/gradient_listener.hpp) and sends a run once it
+  /// holds gradient_bucket_bytes; finish() takes whatever backward did not announce. A module's
+  /// weights and its biases or gains lie in different storage groups, so announced gradients
+  /// grow a few runs at once. Every rank hears the same announcements in the same order, so
+  /// every rank starts the same pieces in the same order, as the communicator requires. Piece
+  /// by piece or whole, every element sees the same additions in the same order: the bits do
+  /// not depend on the pieces.
   class GradientSum final : public core::GradientListener {
    public:
     GradientSum(Trainer& trainer, Fold fold, Tensor<T*, Space> packed, bool send)
         : trainer_(trainer),
           flat_(trainer.flat_layout()),
-          offsets_(flat_.offsets),
           fold_(std::move(fold)),
           packed_(packed),
           send_(send),
-          started_(flat_.grads.size(), false) {}
+          started_(flat_.offsets.size() - 1, false) {}
 
     void gradient_final(const void* data) override {
       const auto it = flat_.index.find(data);
       if (it == flat_.index.end() || started_[it->second]) return;
       const std::size_t i = it->second;
       started_[i] = true;
-      if (lo_ == hi_) {
-        lo_ = i;
-        hi_ = i + 1;
-      } else if (i + 1 == lo_) {
-        lo_ = i;  // backward runs last to first: runs grow downwards
-      } else if (i == hi_) {
-        hi_ = i + 1;
-      } else {
-        flush();
-        lo_ = i;
-        hi_ = i + 1;
+      // Into the runs, kept sorted, neighbours merged: a module's parameters and the next
+      // module's (backward runs last to first) join where storage has them side by side.
+      const auto at = std::lower_bound(open_.begin(), open_.end(), std::pair(i, i + 1));
+      const auto next = open_.insert(at, {i, i + 1});
+      if (next + 1 != open_.end() && next[1].first == i + 1) {
+        next->second = next[1].second;
+        open_.erase(next + 1);
+      }
+      if (next != open_.begin() && next[-1].second == i) {
+        next[-1].second = next->second;
+        open_.erase(next);
       }
     }
     void module_final() override {
-      if (std::size_t(offsets_[hi_] - offsets_[lo_]) * sizeof(T) >= trainer_.options_.gradient_bucket_bytes) {
-        flush();
-      }
+      std::erase_if(open_, [&](const std::pair<std::size_t, std::size_t>& run) {
+        const bool full = std::size_t(flat_.offsets[run.second] - flat_.offsets[run.first]) * sizeof(T) >=
+                          trainer_.options_.gradient_bucket_bytes;
+        if (full) flush(run.first, run.second);
+        return full;
+      });
       if (send_) trainer_.comm_.sum_tree_progress();
     }
 
-    /// After backward: the rest in maximal runs, then (last micro-batch) the wait for the sum
-    /// across ranks and the unpacking into the gradients. Returns the bytes started during backward.
+    /// After backward: the open runs, then the rest in maximal runs, then (last micro-batch) the
+    /// wait for the sum across ranks and the total back in the gradients. Returns the bytes
+    /// started during backward.
     std::int64_t finish() {
       const std::int64_t overlapped = sent_;
-      flush();
+      for (const auto& [lo, hi] : open_) flush(lo, hi);
+      open_.clear();
       for (std::size_t i = 0; i < started_.size();) {
         if (started_[i]) {
           ++i;
           continue;
         }
-        lo_ = i;
+        const std::size_t lo = i;
         while (i < started_.size() && !started_[i]) started_[i++] = true;
-        hi_ = i;
-        flush();
+        flush(lo, i);
       }
+      const auto is_gradients = [&](const Tensor<T*, Space>& b) { return b.data() == flat_.grads.data(); };
       if (send_) {
         trainer_.comm_.sum_tree_finish();
-        trainer_.unpack(fold_.total);
-        trainer_.spare_.push_back(fold_.total);
+        if (!is_gradients(fold_.total)) {
+          Kokkos::deep_copy(flat_.grads, fold_.total);
+          trainer_.spare_.push_back(fold_.total);
+        }
       }
-      for (const auto& b : fold_.freed) trainer_.spare_.push_back(b);
+      for (const auto& b : fold_.freed)
+        if (!is_gradients(b)) trainer_.spare_.push_back(b);
       return overlapped;
     }
 
    private:
-    /// Packs, folds and (last micro-batch) starts the run [lo_, hi_).
-    void flush() {
-      if (lo_ == hi_) return;
-      const std::pair<std::int64_t, std::int64_t> piece(offsets_[lo_], offsets_[hi_]);
-      for (std::size_t i = lo_; i < hi_; ++i)
-        Kokkos::deep_copy(Kokkos::subview(packed_, std::pair(offsets_[i], offsets_[i + 1])), flat_.grads[i]);
+    /// Copies, folds and (last micro-batch) starts the parameters [lo, hi).
+    void flush(std::size_t lo, std::size_t hi) {
+      const std::pair<std::int64_t, std::int64_t> piece(flat_.offsets[lo], flat_.offsets[hi]);
+      if (piece.first == piece.second) return;
+      if (packed_.data() != flat_.grads.data())
+        Kokkos::deep_copy(Kokkos::subview(packed_, piece), Kokkos::subview(flat_.grads, piece));
       for (const auto& [left, right] : fold_.adds)
         detail::add_into<Space>(Kokkos::subview(left, piece), Kokkos::subview(right, piece));
       if (send_) {
         trainer_.comm_.sum_tree_start(Kokkos::subview(fold_.total, piece));
         sent_ += (piece.second - piece.first) * std::int64_t(sizeof(T));
       }
-      lo_ = hi_ = 0;
     }
 
     Trainer& trainer_;
     const FlatLayout& flat_;
-    const std::vector<std::int64_t>& offsets_;
     Fold fold_;
     Tensor<T*, Space> packed_;
     bool send_;
     std::vector<bool> started_;
-    std::size_t lo_ = 0, hi_ = 0;  // the run of announced gradients not yet sent
-    std::int64_t sent_ = 0;        // bytes started across ranks
+    std::vector<std::pair<std::size_t, std::size_t>> open_;  // runs of announced gradients not yet sent, sorted
+    std::int64_t sent_ = 0;                                  // bytes started across ranks
   };
 
   /// One micro-batch's forward and backward, gradients added: of its mean loss without
@@ -527,23 +538,23 @@ class Trainer {
     return b;
   }
 
-  /// The flat sum back into the model's gradients, in the parameter visitor's order.
-  void unpack(const Tensor<T*, Space>& flat) {
-    const FlatLayout& layout = flat_layout();
-    for (std::size_t i = 0; i < layout.grads.size(); ++i)
-      Kokkos::deep_copy(layout.grads[i], Kokkos::subview(flat, std::pair(layout.offsets[i], layout.offsets[i + 1])));
-  }
-
   const FlatLayout& flat_layout() {
     if (!flat_layout_.offsets.empty()) return flat_layout_;
     std::int64_t at = 0;
-    core::for_each_parameter(model_, [&](std::string_view, auto& p) {
-      flat_layout_.index.emplace(p.grad().data(), flat_layout_.grads.size());
-      flat_layout_.grads.push_back(p.grad());
+    core::for_each_parameter_in_storage_order(model_, [&](std::string_view, auto& p) {
+      flat_layout_.index.emplace(p.grad().data(), flat_layout_.offsets.size());
       flat_layout_.offsets.push_back(at);
       at += p.numel();
     });
     flat_layout_.offsets.push_back(at);
+    int runs = 0;
+    core::for_each_run(model_, core::Gradients{}, [&](const auto& run) {
+      if constexpr (std::is_same_v<typename std::decay_t<decltype(run)>::value_type, T>) flat_layout_.grads = run;
+      ++runs;
+    });
+    if (runs != 1 || std::int64_t(flat_layout_.grads.extent(0)) != at)
+      fail("hybridseq::train::Trainer", "the data-parallel step needs the model's gradients in one allocation (", runs,
+           " runs of memory hold ", at, " values): was a parameter re-allocated after the Trainer was made?");
     return flat_layout_;
   }
   std::vector<double> gather(const std::vector<double>& mine) {
