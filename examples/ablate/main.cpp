@@ -709,12 +709,6 @@ int main(int argc, char** argv) {
                          " is a generated variant, and this MPI launcher does not state the rank and size in "
                          "OMPI_COMM_WORLD_RANK/SIZE or PMI_RANK/SIZE (use --ranks spread)");
 #endif
-#ifdef HYBRIDSEQ_ABLATE_PRESETS_ONLY
-    if (!missing.empty())
-      fail<config_error>("hybridseq-ablate", labels[0],
-                         " is not a preset; this CUDA build of the tool compiles no "
-                         "variants on demand (a host build does)");
-#endif
     if (!missing.empty()) {
       const VariantCache cache(cache_root, Toolchain{});
       if (report)

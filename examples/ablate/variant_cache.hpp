@@ -11,8 +11,9 @@
 //
 // Cache layout: <root>/<tool digest>/<type digest>/ holds spec.json (the full compile-time
 // key), the generated sources, compile.log and the executable, which is renamed into place
-// only once built; the tool digest covers the library version, the compiler and its flags and
-// the runner library's build (so edited headers never serve stale variants). A variant is not
+// only once built; the tool digest covers the library version, the compiler and its flags
+// (nvcc's too, in a CUDA build) and the runner library's build (so edited headers never serve
+// stale variants). A variant is not
 // compiled while a header is newer than the runner library: it would compile against the
 // edited headers and link a runner built from the old ones (two definitions of, say, the
 // Workspace in one program). Builders of one entry serialise on <type digest>.lock (flock),
@@ -71,8 +72,11 @@ struct Toolchain {
     if (::stat(runner.c_str(), &st) == 0)
       stamp = std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
               std::to_string(st.st_mtim.tv_nsec);
+    std::ifstream in(variant_cmake);  // its text: in a CUDA build, nvcc, its flags, the GPU architectures
+    std::stringstream how;
+    how << in.rdbuf();
     return spec::digest(version + '\n' + cxx + '\n' + cxx_version + '\n' + build_type + '\n' + cxx_flags + '\n' +
-                        variant_cmake + '\n' + runner + '\n' + stamp);
+                        variant_cmake + '\n' + how.str() + '\n' + runner + '\n' + stamp);
   }
 
   /// A header under `headers` modified after the runner library was built, if any.
@@ -118,13 +122,14 @@ inline int run_process(const std::vector<std::string>& args, const std::filesyst
 
 inline const std::string static_assertion_prefix = "static assertion: ";
 
-/// The compiler's first static_assert message in `log` (gcc and clang) after
+/// The compiler's first static_assert message in `log` (gcc, clang or nvcc) after
 /// static_assertion_prefix, else its first error line.
 inline std::string first_compile_error(const std::filesystem::path& log) {
   std::ifstream in(log);
   std::string line, first_error;
   while (std::getline(in, line)) {
-    for (const char* marker : {"static assertion failed: ", "static_assert failed"}) {
+    // gcc, clang, nvcc (EDG: static assertion failed with "message")
+    for (const char* marker : {"static assertion failed: ", "static_assert failed", "static assertion failed with "}) {
       const auto at = line.find(marker);
       if (at == std::string::npos) continue;
       std::string msg = line.substr(at + std::strlen(marker));
@@ -187,6 +192,7 @@ class VariantCache {
           "LANGUAGES CXX)\ninclude(\"" +
               tool_.variant_cmake +
               "\")\nadd_executable(hybridseq-ablate-variant variant.cpp)\n"
+              "hybridseq_ablate_variant(hybridseq-ablate-variant)\n"
               "target_link_libraries(hybridseq-ablate-variant PRIVATE "
               "hybridseq_ablate_runner)\n");
     const std::string build = (entry / "build").string();

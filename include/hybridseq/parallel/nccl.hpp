@@ -74,6 +74,7 @@ class Nccl {
     s.size = size;
     s.options = options;
     check_cuda(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaEventCreateWithFlags(&s.written, cudaEventDisableTiming), "cudaEventCreate");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // every call returns at once; wait() polls with a deadline
     const ncclResult_t init = ncclCommInitRankConfig(&s.world, size, id, rank, &config);
@@ -130,7 +131,14 @@ class Nccl {
     using Memory = typename Kokkos::View<T*, P...>::memory_space;
     constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible;
     auto& s = *state_;
-    Kokkos::fence();  // the gradient kernels wrote the buffer on another stream
+    if constexpr (host) {
+      Kokkos::fence();  // the host's writes are done before the stream copies the buffer
+    } else {
+      // Kokkos' kernels (and cuBLAS, on the same stream) wrote the buffer: the communicator's
+      // stream waits for them on the GPU, and the host goes on queueing backward's kernels.
+      check_cuda(cudaEventRecord(s.written, Kokkos::Cuda().cuda_stream()), "cudaEventRecord (sum_tree)");
+      check_cuda(cudaStreamWaitEvent(s.stream, s.written, 0), "cudaStreamWaitEvent (sum_tree)");
+    }
     const std::size_t n = buffer.extent(0);
     const std::size_t bucket = host ? s.options.bucket_bytes / sizeof(T) : n;
     for (std::size_t begin = 0; begin < n; begin += bucket) {
@@ -158,6 +166,7 @@ class Nccl {
     ncclComm_t world = nullptr;
     std::vector<ncclComm_t> levels;  // per tree level: this rank's pair, or null
     cudaStream_t stream = nullptr;
+    cudaEvent_t written = nullptr;  // recorded on Kokkos' stream when a buffer to sum is written
     void* staging = nullptr;
     bool failed = false;
 
@@ -170,6 +179,7 @@ class Nccl {
         if (c) failed ? ncclCommAbort(c) : ncclCommDestroy(c);
       if (world) failed ? ncclCommAbort(world) : ncclCommDestroy(world);
       if (staging) cudaFree(staging);
+      if (written) cudaEventDestroy(written);
       if (stream) cudaStreamDestroy(stream);
     }
 
