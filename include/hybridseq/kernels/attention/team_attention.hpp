@@ -109,6 +109,27 @@ KOKKOS_INLINE_FUNCTION void stage(const Member& team, const HeadRows<const T>& f
   });
 }
 
+/// Stages key and value rows k0 .. k0 + cols − 1 of kv head hk (forward, dQ).
+template <class T, class Member>
+KOKKOS_INLINE_FUNCTION void stage_keys(const Member& team, const AttentionArgs<T>& a, std::int64_t b, std::int64_t k0,
+                                       int hk, std::int64_t cols, T* ks, T* vs, int stride) {
+  stage<T>(team, a.k, b, k0, hk, cols, a.head_dim, ks, stride);
+  stage<T>(team, a.v, b, k0, hk, cols, a.head_dim, vs, stride);
+}
+
+/// Stages query and dO rows i0 .. i0 + rows − 1 of head h with their LSE and Δ (dK/dV).
+template <class T, class Member>
+KOKKOS_INLINE_FUNCTION void stage_queries(const Member& team, const AttentionArgs<T>& a, const AttentionGrads<T>& g,
+                                          std::int64_t b, std::int64_t i0, int h, std::int64_t rows, T* qs, T* dos,
+                                          T* lse, T* delta, int stride) {
+  stage<T>(team, a.q, b, i0, h, rows, a.head_dim, qs, stride);
+  stage<T>(team, g.d_o, b, i0, h, rows, a.head_dim, dos, stride);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
+    lse[r] = a.lse[(b * a.heads + h) * a.tq + i0 + r];
+    delta[r] = g.delta[(b * a.heads + h) * a.tq + i0 + r];
+  });
+}
+
 namespace in_memory {
 
 template <class Scheme, class T, class Space>
@@ -145,8 +166,7 @@ struct Forward {
     for (std::int64_t k0 = kb; k0 < ke; k0 += kt) {
       const std::int64_t cols = ke - k0 < kt ? ke - k0 : kt;
       team.team_barrier();  // every thread is done with the previous rows
-      stage<T>(team, a.k, b, k0, hk, cols, dh, ks, dh);
-      stage<T>(team, a.v, b, k0, hk, cols, dh, vs, dh);
+      stage_keys<T>(team, a, b, k0, hk, cols, ks, vs, dh);
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
         std::int64_t c0, c1;
@@ -220,12 +240,7 @@ struct BackwardKV {
       for (std::int64_t i0 = i_begin; i0 < i_end; i0 += qt) {
         const std::int64_t rows = i_end - i0 < qt ? i_end - i0 : qt;
         team.team_barrier();
-        stage<T>(team, a.q, b, i0, h, rows, dh, qs, dh);
-        stage<T>(team, g.d_o, b, i0, h, rows, dh, dos, dh);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
-          lse[r] = a.lse[(b * a.heads + h) * a.tq + i0 + r];
-          delta[r] = g.delta[(b * a.heads + h) * a.tq + i0 + r];
-        });
+        stage_queries<T>(team, a, g, b, i0, h, rows, qs, dos, lse, delta, dh);
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](const std::int64_t c) {
           const std::int64_t key = k0 + c;
@@ -285,8 +300,7 @@ struct BackwardQ {
     for (std::int64_t k0 = kb; k0 < ke; k0 += kt) {
       const std::int64_t cols = ke - k0 < kt ? ke - k0 : kt;
       team.team_barrier();
-      stage<T>(team, a.k, b, k0, hk, cols, dh, ks, dh);
-      stage<T>(team, a.v, b, k0, hk, cols, dh, vs, dh);
+      stage_keys<T>(team, a, b, k0, hk, cols, ks, vs, dh);
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
         std::int64_t c0, c1;
@@ -374,8 +388,7 @@ struct Forward {
       for (std::int64_t k0 = kb; k0 < ke; k0 += key_block) {
         const std::int64_t cols = ke - k0 < key_block ? ke - k0 : key_block;
         team.team_barrier();  // every thread is done with the previous block
-        stage<T>(team, a.k, b, k0, hk, cols, dh, ks, DH);
-        stage<T>(team, a.v, b, k0, hk, cols, dh, vs, DH);
+        stage_keys<T>(team, a, b, k0, hk, cols, ks, vs, DH);
         team.team_barrier();
         if (!mine) continue;
         std::int64_t c0, c1;
@@ -469,12 +482,7 @@ struct BackwardKV {
         for (std::int64_t i0 = i_begin; i0 < i_end; i0 += query_block) {
           const std::int64_t rows = i_end - i0 < query_block ? i_end - i0 : query_block;
           team.team_barrier();
-          stage<T>(team, a.q, b, i0, h, rows, dh, qs, DH);
-          stage<T>(team, g.d_o, b, i0, h, rows, dh, dos, DH);
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
-            lse[r] = a.lse[(b * a.heads + h) * a.tq + i0 + r];
-            delta[r] = g.delta[(b * a.heads + h) * a.tq + i0 + r];
-          });
+          stage_queries<T>(team, a, g, b, i0, h, rows, qs, dos, lse, delta, DH);
           team.team_barrier();
           if (!mine) continue;
           T pv[query_block], dsa[query_block];
@@ -552,8 +560,7 @@ struct BackwardQ {
       for (std::int64_t k0 = kb; k0 < ke; k0 += key_block) {
         const std::int64_t cols = ke - k0 < key_block ? ke - k0 : key_block;
         team.team_barrier();
-        stage<T>(team, a.k, b, k0, hk, cols, dh, ks, DH);
-        stage<T>(team, a.v, b, k0, hk, cols, dh, vs, DH);
+        stage_keys<T>(team, a, b, k0, hk, cols, ks, vs, DH);
         team.team_barrier();
         if (!mine) continue;
         std::int64_t c0, c1;
