@@ -8,6 +8,7 @@
 #include <limits>
 
 #include <hybridseq/kernels/activations.hpp>
+#include <hybridseq/kernels/cross_entropy.hpp>
 #include <hybridseq/kernels/norms.hpp>
 
 #include "cases/primitive_cases.hpp"
@@ -107,4 +108,61 @@ HYBRIDSEQ_SPACE_TEST_CASE("column reductions: the per-column device path equals 
   both([&](auto p) { return BlockColumnSums<float, Space>{dy, p}; }, pair());
   both([&](auto p) { return RmsNormBackwardWeight<float, Space>{x, dy, rstd, p}; }, pair());
   both([&](auto w, auto b) { return LayerNormBackwardParams<float, Space>{x, dy, mean, rstd, w, b}; }, pair(), pair());
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("cross-entropy: the team-per-row device path equals the row-per-index host path",
+                          "[layers][kernels]") {
+  // lm_head_cross_entropy runs a row per index on host spaces and, on devices, a team per row
+  // (log-sum-exp) and an element per thread (dlogits). Both paths run here, on any space,
+  // against each other: 37 rows of V = 1000 (a team's threads split each row), every fifth
+  // row's target ignored.
+  using Space = TestType;
+  using namespace kernels::detail;
+  const std::int64_t rows = 37, v = 1000;
+  const std::int32_t ignore = -100;
+  Tensor<float**, Space> logits("logits", rows, v);
+  core::fill(Space{}, core::flat(logits), core::Init::normal(3.0), 7, 1);
+  Tensor<std::int32_t*, Space> targets("targets", rows);
+  Kokkos::parallel_for(
+      Kokkos::RangePolicy<Space>(0, rows),
+      KOKKOS_LAMBDA(const std::int64_t r) { targets(r) = r % 5 == 3 ? ignore : std::int32_t((r * 389) % v); });
+  Tensor<float*, Space> lse_rows("lse_rows", rows), lse_team("lse_team", rows);
+  Kokkos::parallel_for(Kokkos::RangePolicy<Space>(0, rows),
+                       CrossEntropyLse<float, Space>{logits, targets, lse_rows, 0, ignore});
+  Kokkos::parallel_for(Kokkos::TeamPolicy<Space, TeamPerRow>(rows, Kokkos::AUTO),
+                       CrossEntropyLse<float, Space>{logits, targets, lse_team, 0, ignore});
+  Tensor<float**, Space> d_rows("d_rows", rows, v), d_elements("d_elements", rows, v);
+  Kokkos::deep_copy(d_rows, logits);
+  Kokkos::deep_copy(d_elements, logits);
+  const float scale = 0.25f;
+  Kokkos::parallel_for(Kokkos::RangePolicy<Space>(0, rows),
+                       CrossEntropyGrad<float, Space>{d_rows, targets, lse_rows, 0, ignore, scale});
+  Kokkos::parallel_for(
+      Kokkos::RangePolicy<Space>(0, rows * v),
+      EachLogit<CrossEntropyGrad<float, Space>>{{d_elements, targets, lse_rows, 0, ignore, scale}, v});
+  Space().fence();
+  const auto a = testing::to_vector(lse_rows), b = testing::to_vector(lse_team);
+  const auto lg = testing::to_vector(logits);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (r % 5 == 3) {
+      CHECK(a[r] == 0);
+      CHECK(b[r] == 0);
+      continue;
+    }
+    double m = lg[r * v], s = 0;  // the oracle, in double
+    for (std::int64_t j = 0; j < v; ++j) m = std::max(m, lg[r * v + j]);
+    for (std::int64_t j = 0; j < v; ++j) s += std::exp(lg[r * v + j] - m);
+    CHECK(a[r] == Approx(m + std::log(s)).epsilon(1e-6));
+    CHECK(b[r] == Approx(m + std::log(s)).epsilon(1e-6));
+  }
+  const auto dr = testing::to_vector(d_rows), de = testing::to_vector(d_elements);
+  double row_sum = 0;  // Σⱼ dlogits = scale · (Σ softmax − 1) = 0 on every kept row
+  for (std::int64_t i = 0; i < rows * v; ++i) {
+    CHECK(de[i] == Approx(dr[i]).epsilon(1e-5).margin(1e-9));
+    row_sum += dr[i];
+    if ((i + 1) % v == 0) {
+      CHECK(row_sum == Approx(0).margin(1e-5));
+      row_sum = 0;
+    }
+  }
 }

@@ -53,21 +53,21 @@ void parallel_for(const char* label, const Space& exec, std::int64_t n, std::int
   Kokkos::parallel_for(label, Kokkos::RangePolicy<Space>(exec, 0, n), f);
 }
 
-/// sum = Σ f(i, acc) contributions for i in [0, n) (f adds into acc), with parallel_for's
-/// inline rule. The grouping of the sum depends on where it ran: bit-identical between runs of
-/// the same problem on the same thread count, not across thread counts.
-template <class Space, class R, class F>
+/// sums = Σ f(i, acc...) contributions for i in [0, n) (f adds into its accumulators, one per
+/// sum), with parallel_for's inline rule. The grouping of a sum depends on where it ran:
+/// bit-identical between runs of the same problem on the same thread count, not across thread
+/// counts.
+template <class Space, class F, class... R>
 void parallel_sum(const char* label, const Space& exec, std::int64_t n, std::int64_t work_per_index, const F& f,
-                  R& sum) {
+                  R&... sums) {
   if constexpr (host_space<Space>) {
     if (runs_inline<Space>(n * work_per_index)) {
-      R acc{};
-      for (std::int64_t i = 0; i < n; ++i) f(i, acc);
-      sum = acc;
+      ((sums = R{}), ...);
+      for (std::int64_t i = 0; i < n; ++i) f(i, sums...);
       return;
     }
   }
-  Kokkos::parallel_reduce(label, Kokkos::RangePolicy<Space>(exec, 0, n), f, sum);
+  Kokkos::parallel_reduce(label, Kokkos::RangePolicy<Space>(exec, 0, n), f, sums...);
 }
 
 /// v = value, with parallel_for's inline rule (for a contiguous v).

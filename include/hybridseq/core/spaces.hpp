@@ -41,6 +41,11 @@ using StridedTensor = Kokkos::View<DataType, Kokkos::LayoutStride, typename Spac
 template <class DataType, ExecutionSpace Space>
 using TensorArg = std::type_identity_t<Tensor<DataType, Space>>;
 
+/// How a backward pass or kernel writes its output tensor. Backward passes add into dx by
+/// default (a tensor that feeds several consumers sums their gradients); a caller that owns a
+/// fresh buffer with no other contributor asks for `assign` and skips zero-filling it first.
+enum class Write { add, assign };
+
 /// Token ids: (B, T) of int32.
 template <ExecutionSpace Space>
 using TokenIds = Tensor<const std::int32_t**, Space>;

@@ -134,12 +134,16 @@ struct ActivationForward {
   Tensor<T*, Space> y;
   KOKKOS_FORCEINLINE_FUNCTION void operator()(const std::int64_t i) const { y(i) = ActivationFn<A>::value(x(i)); }
 };
-template <Activation A, class T, class Space>
+template <Activation A, Write W, class T, class Space>
 struct ActivationBackward {
   Tensor<const T*, Space> x, dy;
   Tensor<T*, Space> dx;
   KOKKOS_FORCEINLINE_FUNCTION void operator()(const std::int64_t i) const {
-    dx(i) += dy(i) * ActivationFn<A>::derivative(x(i));
+    const T g = dy(i) * ActivationFn<A>::derivative(x(i));
+    if constexpr (W == Write::add)
+      dx(i) += g;
+    else
+      dx(i) = g;
   }
 };
 }  // namespace detail
@@ -151,12 +155,12 @@ void activation_forward(const Space& exec, TensorArg<const T*, Space> x, TensorA
                  detail::ActivationForward<A, T, Space>{x, y});
 }
 
-/// dx += f'(x) · dy elementwise over flat (n) views.
-template <Activation A, class T, class Space>
+/// dx += f'(x) · dy (W = Write::assign: dx = f'(x) · dy) elementwise over flat (n) views.
+template <Activation A, class T, Write W = Write::add, class Space>
 void activation_backward(const Space& exec, TensorArg<const T*, Space> x, TensorArg<const T*, Space> dy,
                          TensorArg<T*, Space> dx) {
   elementwise<T>("hybridseq::kernels::activation::backward", exec, x.extent(0), detail::activation_work<A>,
-                 detail::ActivationBackward<A, T, Space>{x, dy, dx});
+                 detail::ActivationBackward<A, W, T, Space>{x, dy, dx});
 }
 
 }  // namespace hybridseq::kernels

@@ -14,36 +14,82 @@
 #include "../core/parallel.hpp"
 #include "../core/spaces.hpp"
 #include "../core/workspace.hpp"
+#include "elementwise.hpp"
+#include "exp.hpp"
 #include "gemm.hpp"
 
 namespace hybridseq::kernels {
 
 namespace detail {
+/// Work tag of the team-per-row launch.
+struct TeamPerRow {};
+
+/// Each row's log-sum-exp, lse(begin + r) = log Σⱼ exp(logits(r, j)) (0 for an ignored row).
+/// Host spaces run a row per index (`operator()`, the exps inlined polynomials); devices run a
+/// team per row (`operator()(TeamPerRow, member)`): a row of a large vocabulary (V = 32 768 in the device
+/// bench) is too long a loop for one GPU thread. Both take the maximum first and sum
+/// exp(logit − max) after, the team in its own order.
 template <class T, class Space>
-struct CrossEntropyRows {
+struct CrossEntropyLse {
   Tensor<const T**, Space> logits;             // (C, V) for rows [begin, begin + C)
   Tensor<const std::int32_t*, Space> targets;  // (N)
   Tensor<T*, Space> lse;                       // (N)
   std::int64_t begin;
   std::int32_t ignore_index;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r, double& loss, std::int64_t& count) const {
-    const std::int32_t target = targets(begin + r);
-    if (target == ignore_index) {
+
+  KOKKOS_FORCEINLINE_FUNCTION void operator()(const std::int64_t r) const {
+    if (targets(begin + r) == ignore_index) {
       lse(begin + r) = 0;
       return;
     }
     const std::int64_t v = logits.extent(1);
-    T m = logits(r, 0);
-    for (std::int64_t j = 1; j < v; ++j) m = logits(r, j) > m ? logits(r, j) : m;
+    const T* row = &logits(r, 0);
+    T m = row[0];
+    for (std::int64_t j = 1; j < v; ++j) m = row[j] > m ? row[j] : m;
     T s = 0;
-    for (std::int64_t j = 0; j < v; ++j) s += math::exp(logits(r, j) - m);
-    const T l = m + math::log(s);
-    lse(begin + r) = l;
-    loss += double(l - logits(r, target));
+    for (std::int64_t j = 0; j < v; ++j) s += exp_in_loop(row[j] - m);
+    lse(begin + r) = m + math::log(s);
+  }
+
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION void operator()(TeamPerRow, const Member& team) const {
+    const std::int64_t r = team.league_rank();
+    if (targets(begin + r) == ignore_index) {
+      Kokkos::single(Kokkos::PerTeam(team), [&] { lse(begin + r) = 0; });
+      return;
+    }
+    const std::int64_t v = logits.extent(1);
+    T m;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, v),
+        [&](const std::int64_t j, T& mx) { mx = logits(r, j) > mx ? logits(r, j) : mx; }, Kokkos::Max<T>(m));
+    T s;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, v), [&](const std::int64_t j, T& acc) { acc += math::exp(logits(r, j) - m); },
+        s);
+    Kokkos::single(Kokkos::PerTeam(team), [&] { lse(begin + r) = m + math::log(s); });
+  }
+};
+
+/// Σ (lse − logit of the target) and the count over the non-ignored rows of a chunk.
+template <class T, class Space>
+struct CrossEntropyLoss {
+  Tensor<const T**, Space> logits;
+  Tensor<const std::int32_t*, Space> targets;
+  Tensor<const T*, Space> lse;
+  std::int64_t begin;
+  std::int32_t ignore_index;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r, double& loss, std::int64_t& count) const {
+    const std::int32_t target = targets(begin + r);
+    if (target == ignore_index) return;
+    loss += double(lse(begin + r) - logits(r, target));
     count += 1;
   }
 };
 
+/// dlogits = scale · (softmax − onehot), in place over a chunk's logits; 0 on ignored rows.
+/// Host spaces run a row per index (a vectorised map over the row); devices an element per
+/// thread (`EachLogit`).
 template <class T, class Space>
 struct CrossEntropyGrad {
   Tensor<T**, Space> logits;  // (C, V): overwritten with dlogits
@@ -52,18 +98,57 @@ struct CrossEntropyGrad {
   std::int64_t begin;
   std::int32_t ignore_index;
   T scale;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r) const {
+
+  KOKKOS_FORCEINLINE_FUNCTION void operator()(const std::int64_t r) const {
     const std::int32_t target = targets(begin + r);
     const std::int64_t v = logits.extent(1);
+    T* row = &logits(r, 0);
     if (target == ignore_index) {
-      for (std::int64_t j = 0; j < v; ++j) logits(r, j) = 0;
+      for (std::int64_t j = 0; j < v; ++j) row[j] = 0;
       return;
     }
     const T l = lse(begin + r);
-    for (std::int64_t j = 0; j < v; ++j) logits(r, j) = scale * math::exp(logits(r, j) - l);
-    logits(r, target) -= scale;
+    for (std::int64_t j = 0; j < v; ++j) row[j] = scale * exp_in_loop(row[j] - l);
+    row[target] -= scale;
+  }
+
+  KOKKOS_INLINE_FUNCTION void element(const std::int64_t r, const std::int64_t j) const {
+    const std::int32_t target = targets(begin + r);
+    if (target == ignore_index) {
+      logits(r, j) = 0;
+      return;
+    }
+    const T p = scale * math::exp(logits(r, j) - lse(begin + r));
+    logits(r, j) = j == target ? p - scale : p;
   }
 };
+
+template <class F>
+struct EachLogit {
+  F f;
+  std::int64_t v;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { f.element(i / v, i % v); }
+};
+
+/// Runs the lse kernel over `rows` rows: a row per index on the host, a team per row on devices.
+template <class T, class Space>
+void cross_entropy_lse(const Space& exec, std::int64_t rows, std::int64_t v, const CrossEntropyLse<T, Space>& f) {
+  if constexpr (core::host_space<Space>)
+    elementwise<T>("hybridseq::kernels::cross_entropy::lse", exec, rows, 4 * v, f);
+  else
+    Kokkos::parallel_for("hybridseq::kernels::cross_entropy::lse[team]",
+                         Kokkos::TeamPolicy<Space, TeamPerRow>(exec, rows, Kokkos::AUTO), f);
+}
+
+/// Runs the gradient kernel over `rows` rows of v logits each.
+template <class T, class Space>
+void cross_entropy_grad(const Space& exec, std::int64_t rows, std::int64_t v, const CrossEntropyGrad<T, Space>& f) {
+  if constexpr (core::host_space<Space>)
+    elementwise<T>("hybridseq::kernels::cross_entropy::backward", exec, rows, 4 * v, f);
+  else
+    Kokkos::parallel_for("hybridseq::kernels::cross_entropy::backward[element]",
+                         Kokkos::RangePolicy<Space>(exec, 0, rows * v), EachLogit<CrossEntropyGrad<T, Space>>{f, v});
+}
 }  // namespace detail
 
 /// Summed loss over non-ignored rows and their count.
@@ -96,10 +181,11 @@ CrossEntropySum lm_head_cross_entropy_forward(const Space& exec, core::Workspace
     auto xc = Kokkos::subview(x, Kokkos::make_pair(begin, begin + rows), Kokkos::ALL);
     auto lc = Kokkos::subview(logits, Kokkos::make_pair(std::int64_t(0), rows), Kokkos::ALL);
     gemm(exec, Op::none, Op::transpose, T(1), xc, w, T(0), lc);
+    detail::cross_entropy_lse<T>(exec, rows, v, detail::CrossEntropyLse<T, Space>{lc, targets, lse, begin, ignore_index});
     double loss = 0;
     std::int64_t count = 0;
-    Kokkos::parallel_reduce("hybridseq::kernels::cross_entropy::forward", Kokkos::RangePolicy<Space>(exec, 0, rows),
-                            detail::CrossEntropyRows<T, Space>{lc, targets, lse, begin, ignore_index}, loss, count);
+    core::parallel_sum("hybridseq::kernels::cross_entropy::loss", exec, rows, 2,
+                       detail::CrossEntropyLoss<T, Space>{lc, targets, lse, begin, ignore_index}, loss, count);
     total.loss += loss;
     total.count += count;
   }
@@ -122,8 +208,8 @@ void lm_head_cross_entropy_backward(const Space& exec, core::Workspace<Space>& w
     auto xc = Kokkos::subview(x, span, Kokkos::ALL);
     auto lc = Kokkos::subview(logits, Kokkos::make_pair(std::int64_t(0), rows), Kokkos::ALL);
     gemm(exec, Op::none, Op::transpose, T(1), xc, w, T(0), lc);
-    core::parallel_for("hybridseq::kernels::cross_entropy::backward", exec, rows, 4 * v,
-                       detail::CrossEntropyGrad<T, Space>{lc, targets, lse, begin, ignore_index, scale});
+    detail::cross_entropy_grad<T>(exec, rows, v,
+                                  detail::CrossEntropyGrad<T, Space>{lc, targets, lse, begin, ignore_index, scale});
     gemm(exec, Op::none, Op::none, T(1), lc, w, T(1), Kokkos::subview(dx, span, Kokkos::ALL));
     gemm(exec, Op::transpose, Op::none, T(1), lc, xc, T(1), dw);
   }

@@ -151,15 +151,23 @@ class Attention {
     core::check_shape(api, "dy", dy, core::dim(b), core::dim(tq), core::dim(S.d_model));
     core::check_shape(api, "dx", dx, core::dim(b), core::dim(n), core::dim(S.d_model));
     core::WorkspaceScope scope(ws);
-    auto d_o = ws.template allocate_zeroed<T****>("attention.do", b, tq, S.heads, S.head_dim);
+    auto d_o = ws.template allocate<T****>("attention.do", b, tq, S.heads, S.head_dim);
     if constexpr (S.merge == HeadMerge::concat) {
-      wo_.backward(ws, s.out_in, dy, heads_as_rows(d_o));
+      wo_.backward(ws, s.out_in, dy, heads_as_rows(d_o), Write::assign);
     } else {
-      auto d_merged = ws.template allocate_zeroed<T***>("attention.dmerged", b, tq, S.head_dim);
-      wo_.backward(ws, s.out_in, dy, d_merged);
+      auto d_merged = ws.template allocate<T***>("attention.dmerged", b, tq, S.head_dim);
+      wo_.backward(ws, s.out_in, dy, d_merged, Write::assign);
       detail::broadcast_heads<T, Space>(d_merged, d_o);
     }
-    auto dqkv = ws.template allocate_zeroed<T***>("attention.dqkv", b, n, rows_qkv);
+    // The kernels overwrite dK and dV of every row and dQ of the rows that query (q0 onward);
+    // only the dQ columns of the rows before q0 need zeros.
+    auto dqkv = ws.template allocate<T***>("attention.dqkv", b, n, rows_qkv);
+    if (const std::int64_t q0 = s.q0; q0 > 0)
+      core::parallel_for(
+          "hybridseq::layers::Attention::dq_before_q0", Space{}, b * q0, S.heads * S.head_dim,
+          KOKKOS_LAMBDA(const std::int64_t row) {
+            for (int d = 0; d < S.heads * S.head_dim; ++d) dqkv(row / q0, row % q0, d) = 0;
+          });
     core_.template attend_backward<Scheme>(
         ws, self_rows(s),
         {rows_of<const T>(d_o.data(), tq, S.heads * S.head_dim), rows_of<T>(dqkv.data() + s.q0 * rows_qkv, n, rows_qkv),

@@ -88,10 +88,10 @@ class MlpFfn {
   void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     check_ffn("Ffn", "backward", S.d, dx, "dy", dy);
     core::WorkspaceScope scope(ws);
-    auto da = ws.template allocate_zeroed<T***>("ffn.da", dx.extent(0), dx.extent(1), S.f);
-    auto dh = ws.template allocate_zeroed<T***>("ffn.dh", dx.extent(0), dx.extent(1), S.f);
-    fc2_.backward(ws, s.fc2, dy, da);
-    kernels::activation_backward<S.act, T>(Space{}, core::flat(s.h), core::flat(da), core::flat(dh));
+    auto da = ws.template allocate<T***>("ffn.da", dx.extent(0), dx.extent(1), S.f);
+    auto dh = ws.template allocate<T***>("ffn.dh", dx.extent(0), dx.extent(1), S.f);
+    fc2_.backward(ws, s.fc2, dy, da, Write::assign);
+    kernels::activation_backward<S.act, T, Write::assign>(Space{}, core::flat(s.h), core::flat(da), core::flat(dh));
     fc1_.backward(ws, s.fc1, dh, dx);
   }
 
@@ -157,10 +157,10 @@ class GatedFfn {
   void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     check_ffn("Ffn<gated>", "backward", S.d, dx, "dy", dy);
     core::WorkspaceScope scope(ws);
-    auto da = ws.template allocate_zeroed<T***>("ffn.da", dx.extent(0), dx.extent(1), S.f);
+    auto da = ws.template allocate<T***>("ffn.da", dx.extent(0), dx.extent(1), S.f);
     auto dg = ws.template allocate<T***>("ffn.dg", dx.extent(0), dx.extent(1), S.f);
     auto du = ws.template allocate<T***>("ffn.du", dx.extent(0), dx.extent(1), S.f);
-    down_.backward(ws, s.down, dy, da);
+    down_.backward(ws, s.down, dy, da, Write::assign);
     const auto g = core::flat(s.g), u = core::flat(s.u), fa = core::flat(da), fg = core::flat(dg), fu = core::flat(du);
     Kokkos::parallel_for(
         "hybridseq::layers::Ffn<gated>::gate_backward", Kokkos::RangePolicy<Space>(0, fa.extent(0)),

@@ -22,7 +22,8 @@ struct LinearShape {
 /// y (B, T, out) = x (B, T, in) · Wᵀ + b.
 ///
 /// Requires: x contiguous with last extent `in`; y (B, T, out).
-/// Backward accumulates dx += dy·W, dW += dyᵀ·x, db += Σ dy.
+/// Backward accumulates dx += dy·W (or, asked for Write::assign, sets dx = dy·W), dW += dyᵀ·x,
+/// db += Σ dy.
 template <LinearShape S, Scalar T = float, ExecutionSpace Space = DefaultSpace>
 class Linear {
   static_assert(S.in > 0 && S.out > 0, "hybridseq::layers::Linear: widths must be positive");
@@ -56,13 +57,14 @@ class Linear {
                   weight_.template shaped<T**>(), beta, core::as_matrix(y));
   }
 
-  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
+  void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy, Tensor<T***, Space> dx,
+                Write write = Write::add) {
     check(dx, dy, "backward", "dy");
     const Space exec{};
     const auto x = core::as_matrix(saved.x);
     const auto g = core::as_matrix(dy);
-    kernels::gemm(exec, kernels::Op::none, kernels::Op::none, T(1), g, weight_.template shaped<T**>(), T(1),
-                  core::as_matrix(dx));
+    kernels::gemm(exec, kernels::Op::none, kernels::Op::none, T(1), g, weight_.template shaped<T**>(),
+                  write == Write::add ? T(1) : T(0), core::as_matrix(dx));
     kernels::gemm(exec, kernels::Op::transpose, kernels::Op::none, T(1), g, x, T(1),
                   weight_.template shaped_grad<T**>());
     if constexpr (S.bias) kernels::accumulate_column_sums<T>(exec, g, bias_.grad());
