@@ -137,9 +137,8 @@ HYBRIDSEQ_SPACE_TEST_CASE("cross-entropy: the team-per-row device path equals th
   const float scale = 0.25f;
   Kokkos::parallel_for(Kokkos::RangePolicy<Space>(0, rows),
                        CrossEntropyGrad<float, Space>{d_rows, targets, lse_rows, 0, ignore, scale});
-  Kokkos::parallel_for(
-      Kokkos::RangePolicy<Space>(0, rows * v),
-      EachLogit<CrossEntropyGrad<float, Space>>{{d_elements, targets, lse_rows, 0, ignore, scale}, v});
+  Kokkos::parallel_for(Kokkos::RangePolicy<Space>(0, rows * v),
+                       EachLogit<CrossEntropyGrad<float, Space>>{{d_elements, targets, lse_rows, 0, ignore, scale}, v});
   Space().fence();
   const auto a = testing::to_vector(lse_rows), b = testing::to_vector(lse_team);
   const auto lg = testing::to_vector(logits);

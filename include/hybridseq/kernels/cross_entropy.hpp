@@ -65,8 +65,7 @@ struct CrossEntropyLse {
         [&](const std::int64_t j, T& mx) { mx = logits(r, j) > mx ? logits(r, j) : mx; }, Kokkos::Max<T>(m));
     T s;
     Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, v), [&](const std::int64_t j, T& acc) { acc += math::exp(logits(r, j) - m); },
-        s);
+        Kokkos::TeamThreadRange(team, v), [&](const std::int64_t j, T& acc) { acc += math::exp(logits(r, j) - m); }, s);
     Kokkos::single(Kokkos::PerTeam(team), [&] { lse(begin + r) = m + math::log(s); });
   }
 };
@@ -181,7 +180,8 @@ CrossEntropySum lm_head_cross_entropy_forward(const Space& exec, core::Workspace
     auto xc = Kokkos::subview(x, Kokkos::make_pair(begin, begin + rows), Kokkos::ALL);
     auto lc = Kokkos::subview(logits, Kokkos::make_pair(std::int64_t(0), rows), Kokkos::ALL);
     gemm(exec, Op::none, Op::transpose, T(1), xc, w, T(0), lc);
-    detail::cross_entropy_lse<T>(exec, rows, v, detail::CrossEntropyLse<T, Space>{lc, targets, lse, begin, ignore_index});
+    detail::cross_entropy_lse<T>(exec, rows, v,
+                                 detail::CrossEntropyLse<T, Space>{lc, targets, lse, begin, ignore_index});
     double loss = 0;
     std::int64_t count = 0;
     core::parallel_sum("hybridseq::kernels::cross_entropy::loss", exec, rows, 2,
