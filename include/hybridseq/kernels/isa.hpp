@@ -30,6 +30,19 @@
 #define HYBRIDSEQ_HOST_FORCEINLINE inline
 #endif
 
+/// Before a loop whose iterations are independent although the compiler cannot prove it (an
+/// in-place update through two pointers): vectorised without the run-time overlap check, which
+/// fails for in place (y == x) and would leave the loop scalar.
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define HYBRIDSEQ_INDEPENDENT_ITERATIONS
+#elif defined(__clang__)
+#define HYBRIDSEQ_INDEPENDENT_ITERATIONS _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define HYBRIDSEQ_INDEPENDENT_ITERATIONS _Pragma("GCC ivdep")
+#else
+#define HYBRIDSEQ_INDEPENDENT_ITERATIONS
+#endif
+
 namespace hybridseq::kernels {
 
 /// Instruction sets with a copy of their own, in increasing order.

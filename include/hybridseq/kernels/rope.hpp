@@ -40,30 +40,45 @@ struct RopeApply {
   int rotary;
   T sign;
   std::int64_t heads;  // heads rotated: [0, heads) of in's H
-  // Index = (b·T + t)·heads + h.
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const {
-    const std::int64_t h = index % heads, bt = index / heads;
+  // Host: index = b·T + t, the heads of one position sharing its cos/sin row and its index
+  // arithmetic (64-bit divisions cost more than a head's rotation).
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t bt) const {
     const std::int64_t t = bt % std::int64_t(in.extent(1)), b = bt / std::int64_t(in.extent(1));
-    const int half = rotary / 2;
-    for (int i = 0; i < half; ++i) {
-      const T c = cos(t, i), s = sign * sin(t, i);
-      const T x1 = in(b, t, h, i), x2 = in(b, t, h, i + half);
-      const T y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+    for (std::int64_t h = 0; h < heads; ++h) rotate(&in(b, t, h, 0), &out(b, t, h, 0), &cos(t, 0), &sin(t, 0));
+  }
+  // Devices: a thread per (b·T + t, h), for the threads a GPU needs.
+  KOKKOS_INLINE_FUNCTION void head(const std::int64_t bt, const std::int64_t h) const {
+    const std::int64_t t = bt % std::int64_t(in.extent(1)), b = bt / std::int64_t(in.extent(1));
+    rotate(&in(b, t, h, 0), &out(b, t, h, 0), &cos(t, 0), &sin(t, 0));
+  }
+
+  KOKKOS_FORCEINLINE_FUNCTION void rotate(const T* x, T* y, const T* c, const T* s) const {
+    const int half = rotary / 2, dh = int(in.extent(3));
+    HYBRIDSEQ_INDEPENDENT_ITERATIONS  // y may be x: pair i reads and writes only its own two dims
+        for (int i = 0; i < half; ++i) {
+      const T ci = c[i], si = sign * s[i], x1 = x[i], x2 = x[i + half];
       if constexpr (Accumulate) {
-        out(b, t, h, i) += y1;
-        out(b, t, h, i + half) += y2;
+        y[i] += x1 * ci - x2 * si;
+        y[i + half] += x2 * ci + x1 * si;
       } else {
-        out(b, t, h, i) = y1;
-        out(b, t, h, i + half) = y2;
+        y[i] = x1 * ci - x2 * si;
+        y[i + half] = x2 * ci + x1 * si;
       }
     }
-    for (int j = rotary; j < int(in.extent(3)); ++j) {
+    if (!Accumulate && y == x) return;  // the pass-through dims are already in place
+    for (int j = rotary; j < dh; ++j) {
       if constexpr (Accumulate)
-        out(b, t, h, j) += in(b, t, h, j);
+        y[j] += x[j];
       else
-        out(b, t, h, j) = in(b, t, h, j);
+        y[j] = x[j];
     }
   }
+};
+
+template <class F>
+struct EachHead {
+  F f;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const { f.head(index / f.heads, index % f.heads); }
 };
 }  // namespace detail
 
@@ -86,9 +101,13 @@ void rope_apply(const Space& exec, TensorArg<const T****, Space> in, TensorArg<T
                 std::int64_t heads = -1) {
   if (in.size() == 0) return;
   if (heads < 0) heads = std::int64_t(in.extent(2));
-  elementwise<T>("hybridseq::kernels::rope::apply", exec, std::int64_t(in.extent(0) * in.extent(1)) * heads,
-                 std::int64_t(in.extent(3)),
-                 detail::RopeApply<T, Space, Accumulate>{in, out, cos, sin, rotary, inverse ? T(-1) : T(1), heads});
+  const std::int64_t positions = std::int64_t(in.extent(0) * in.extent(1)), dh = std::int64_t(in.extent(3));
+  const detail::RopeApply<T, Space, Accumulate> f{in, out, cos, sin, rotary, inverse ? T(-1) : T(1), heads};
+  if constexpr (core::host_space<Space>)
+    elementwise<T>("hybridseq::kernels::rope::apply", exec, positions, heads * dh, f);
+  else
+    core::parallel_for("hybridseq::kernels::rope::apply", exec, positions * heads, dh,
+                       detail::EachHead<detail::RopeApply<T, Space, Accumulate>>{f});
 }
 
 }  // namespace hybridseq::kernels

@@ -317,15 +317,25 @@ struct Delta {
 };
 
 /// How backward's tasks, (batch, kv head, head of the group, query tile) in that order, are cut
-/// into slots, and where each slot keeps its dK/dV partial sums: one (Tk × Dh) block per
-/// (batch, kv head) its tasks touch. Consecutive tasks share their kv block, so slots
-/// duplicate at most one block at each cut.
+/// into slots, and where each slot sums dK and dV of a (batch, kv head) block, (Tk × Dh) each.
+/// Consecutive tasks share their kv block, so only the first and the last block of a slot can
+/// be touched by another slot as well: those the slot sums in partial buffers of its own, which
+/// `SumSlots` adds up in slot order afterwards; every other block the slot sums in dK and dV
+/// themselves. A sum starts from zero either way, so both give the same bits.
 struct SlotPlan {
   int slots = 0;
   std::vector<std::int64_t> first_task;               // slot s runs tasks [first_task[s], first_task[s + 1])
   std::vector<std::int64_t> first_block, last_block;  // and touches kv blocks first..last (b · Hkv + hk)
-  std::vector<std::int64_t> offset;                   // its first block's first row in the partial buffers
+  std::vector<char> first_shared, last_shared;        // whether another slot touches its first (last) block
+  std::vector<std::int64_t> offset;                   // its first partial row (a shared first block's, else
+                                                      // a shared last block's) in the partial buffers
+  std::vector<std::int64_t> shared_blocks;            // the blocks more than one slot touches, ascending
   std::int64_t rows = 0;                              // rows of Dh in each partial buffer (dK, dV)
+
+  /// Slot s's partial rows of `block`, one of its shared blocks.
+  std::int64_t partial_row(int s, std::int64_t block, std::int64_t tk) const {
+    return offset[s] + (block != first_block[s] && first_shared[s] ? tk : 0);
+  }
 };
 
 /// Slots per backward call. Fixed, not the thread count, so that the sums do not depend on it;
@@ -357,27 +367,41 @@ SlotPlan plan_slots(const AttentionArgs<T>& a, std::int64_t n_qtiles) {
   }
   plan.first_block.resize(plan.slots);
   plan.last_block.resize(plan.slots);
-  plan.offset.resize(plan.slots);
   for (int s = 0; s < plan.slots; ++s) {
     const std::int64_t t0 = plan.first_task[s], t1 = plan.first_task[s + 1];
     plan.first_block[s] = t0 / per_block;
     plan.last_block[s] = t1 > t0 ? (t1 - 1) / per_block : plan.first_block[s] - 1;  // empty slot: no blocks
-    plan.offset[s] = plan.rows;
-    plan.rows += (plan.last_block[s] - plan.first_block[s] + 1) * a.tk;
   }
+  // A block is shared when two slots with tasks touch it; slots are in task order, so those
+  // are neighbours among the non-empty slots.
+  std::vector<std::int64_t> touching(std::size_t(a.batch) * a.kv_heads, 0);
+  for (int s = 0; s < plan.slots; ++s)
+    for (std::int64_t block = plan.first_block[s]; block <= plan.last_block[s]; ++block) ++touching[block];
+  plan.first_shared.resize(plan.slots);
+  plan.last_shared.resize(plan.slots);
+  plan.offset.resize(plan.slots);
+  for (int s = 0; s < plan.slots; ++s) {
+    const std::int64_t fb = plan.first_block[s], lb = plan.last_block[s];
+    plan.first_shared[s] = fb <= lb && touching[fb] > 1;
+    plan.last_shared[s] = lb > fb && touching[lb] > 1;
+    plan.offset[s] = plan.rows;
+    plan.rows += (plan.first_shared[s] + plan.last_shared[s]) * a.tk;
+  }
+  for (std::int64_t block = 0; block < std::int64_t(touching.size()); ++block)
+    if (touching[block] > 1) plan.shared_blocks.push_back(block);
   return plan;
 }
 
-/// Backward: slot s runs its tasks, one per (batch, head, query tile), in order; dK and dV go
-/// to the slot's partial buffers (`partial`: dK rows, then dV rows, Dh each).
+/// Backward: slot s runs its tasks, one per (batch, head, query tile), in order; dK and dV of
+/// a block only it touches go to dK and dV, of a shared one to the slot's partial buffers
+/// (`partial`: dK rows, then dV rows, Dh each; SlotPlan).
 template <class Scheme, class T, class Space>
 struct Backward {
   AttentionArgs<T> a;
   AttentionGrads<T> g;
   std::int64_t n_qtiles;
-  const std::int64_t *first_task, *first_block, *last_block, *offset;
-  T* partial;  // uninitialised: each slot zeroes its own blocks
-  std::int64_t partial_rows;
+  const SlotPlan* plan;
+  T* partial;  // uninitialised: each slot zeroes the rows it sums into, partial or not
   Isa isa;
 
   static std::size_t scratch_bytes(int head_dim, bool dalpha, bool dropout) {
@@ -403,22 +427,37 @@ struct Backward {
     T* dq = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_q * dh));
     T* lse = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_q));
     T* delta = static_cast<T*>(shmem.get_shmem(sizeof(T) * tile_q));
-    const std::int64_t slot_values = (last_block[slot] - first_block[slot] + 1) * a.tk * dh;
-    if (slot_values > 0) {
-      T* slot_dk = partial + offset[slot] * dh;
-      std::fill(slot_dk, slot_dk + slot_values, T(0));
-      std::fill(slot_dk + partial_rows * dh, slot_dk + partial_rows * dh + slot_values, T(0));
+    const std::int64_t fb = plan->first_block[slot], lb = plan->last_block[slot], n = a.tk;
+    const bool first_shared = plan->first_shared[slot], last_shared = plan->last_shared[slot];
+    // Where the slot sums dK and dV of `block`: rows t of the returned bases, `stride` apart.
+    struct Rows {
+      T *dk, *dv;
+      std::int64_t dk_stride, dv_stride;
+    };
+    const auto rows_of_block = [&](const std::int64_t block) -> Rows {
+      if ((block == fb && first_shared) || (block == lb && last_shared)) {
+        T* dk = partial + plan->partial_row(slot, block, n) * dh;
+        return {dk, dk + plan->rows * dh, dh, dh};
+      }
+      const std::int64_t b = block / a.kv_heads, hk = block % a.kv_heads;
+      return {g.dk.row(b, 0, hk), g.dv.row(b, 0, hk), g.dk.time_stride, g.dv.time_stride};
+    };
+    for (std::int64_t block = fb; block <= lb; ++block) {
+      const Rows r = rows_of_block(block);
+      for (std::int64_t t = 0; t < n; ++t) {
+        std::fill(r.dk + t * r.dk_stride, r.dk + t * r.dk_stride + dh, T(0));
+        std::fill(r.dv + t * r.dv_stride, r.dv + t * r.dv_stride + dh, T(0));
+      }
     }
 
-    for (std::int64_t task = first_task[slot]; task < first_task[slot + 1]; ++task) {
+    for (std::int64_t task = plan->first_task[slot]; task < plan->first_task[slot + 1]; ++task) {
       const std::int64_t qt = task % n_qtiles, hb = task / n_qtiles, block = hb / group;
       const int h = int(block % a.kv_heads) * group + int(hb % group), hk = h / group;
-      const std::int64_t b = block / a.kv_heads, n = a.tk, i0 = qt * tile_q;
+      const std::int64_t b = block / a.kv_heads, i0 = qt * tile_q;
       const std::int64_t rows = std::min<std::int64_t>(tile_q, a.tq - i0), p_first = a.q0 + i0;
       const std::int64_t p_last = p_first + rows - 1;
       const T alpha = a.alpha[h];
-      T* dk = partial + (offset[slot] + (block - first_block[slot]) * n) * dh;
-      T* dv = dk + partial_rows * dh;
+      const Rows sums = rows_of_block(block);
 
       pack_transposed(a.q, b, i0, h, rows, dh, alpha, q_t);
       pack_transposed(g.d_o, b, i0, h, rows, dh, T(1), do_t);
@@ -459,9 +498,9 @@ struct Backward {
               dalpha += double(dp[j * tile_q + i]) * double(scores[j * tile_q + i]);
         // dV += Pᵀ dO, dK += α dSᵀ Q (both rows of Sᵀ), dQ += dS K (Sᵀ read transposed; α at the end)
         simd::gemm(shape, cols, dh, int(rows), T(1), p_used, tile_q, 1, g.d_o.row(b, i0, h), g.d_o.time_stride,
-                   dv + k0 * dh, dh, true);
-        simd::gemm(shape, cols, dh, int(rows), alpha, dp, tile_q, 1, a.q.row(b, i0, h), a.q.time_stride, dk + k0 * dh,
-                   dh, true);
+                   sums.dv + k0 * sums.dv_stride, sums.dv_stride, true);
+        simd::gemm(shape, cols, dh, int(rows), alpha, dp, tile_q, 1, a.q.row(b, i0, h), a.q.time_stride,
+                   sums.dk + k0 * sums.dk_stride, sums.dk_stride, true);
         simd::gemm(shape, int(rows), dh, cols, T(1), dp, 1, tile_q, k, a.k.time_stride, dq, dh, true);
       }
       for (std::int64_t r = 0; r < rows; ++r) {
@@ -473,27 +512,26 @@ struct Backward {
   }
 };
 
-/// dK and dV rows: the sum of the slots' partial rows, in slot order.
+/// dK and dV rows of the shared blocks: the sum of the partial rows of the slots that touch
+/// them, in slot order.
 template <class T, class Space>
 struct SumSlots {
   AttentionArgs<T> a;
   AttentionGrads<T> g;
-  int slots;
-  const std::int64_t *first_block, *last_block, *offset;
+  const SlotPlan* plan;
   const T* partial;
-  std::int64_t partial_rows;
 
   void operator()(const std::int64_t row) const {
-    const std::int64_t block = row / a.tk, t = row % a.tk, b = block / a.kv_heads;
+    const std::int64_t block = plan->shared_blocks[row / a.tk], t = row % a.tk, b = block / a.kv_heads;
     const int hk = int(block % a.kv_heads), dh = a.head_dim;
     T* dk = g.dk.row(b, t, hk);
     T* dv = g.dv.row(b, t, hk);
     std::fill(dk, dk + dh, T(0));
     std::fill(dv, dv + dh, T(0));
-    for (int s = 0; s < slots; ++s) {
-      if (block < first_block[s] || block > last_block[s]) continue;
-      const T* pk = partial + (offset[s] + (block - first_block[s]) * a.tk + t) * dh;
-      const T* pv = pk + partial_rows * dh;
+    for (int s = 0; s < plan->slots; ++s) {
+      if (block < plan->first_block[s] || block > plan->last_block[s]) continue;
+      const T* pk = partial + (plan->partial_row(s, block, a.tk) + t) * dh;
+      const T* pv = pk + plan->rows * dh;
       for (int d = 0; d < dh; ++d) dk[d] += pk[d], dv[d] += pv[d];
     }
   }
@@ -599,7 +637,7 @@ void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads
                  detail::Delta<T, Space>{a, g});
   const std::int64_t nq = query_tiles(a.tq);
   const detail::SlotPlan plan = detail::plan_slots<Scheme>(a, nq);
-  // Each slot zeroes its blocks as it starts (on its thread: no separate fill pass).
+  // Each slot zeroes the rows it sums into as it starts (on its thread: no separate fill pass).
   const Kokkos::View<T*, typename Space::memory_space> partial(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, "hybridseq::kernels::attention::dkv_partial"),
       2 * plan.rows * a.head_dim);
@@ -607,11 +645,9 @@ void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads
   detail::launch("hybridseq::kernels::attention::backward[tiled]", exec, plan.slots,
                  B::scratch_bytes(a.head_dim, g.dalpha != nullptr, a.dropout.active()),
                  detail::attention_work(a.batch * a.heads * a.tq, a.tk, a.head_dim),
-                 B{a, g, nq, plan.first_task.data(), plan.first_block.data(), plan.last_block.data(),
-                   plan.offset.data(), partial.data(), plan.rows, detail::kernel_isa<T>(a.head_dim)});
-  elementwise<T>("hybridseq::kernels::attention::dkv_sum", exec, a.batch * a.kv_heads * a.tk, 2 * a.head_dim,
-                 detail::SumSlots<T, Space>{a, g, plan.slots, plan.first_block.data(), plan.last_block.data(),
-                                            plan.offset.data(), partial.data(), plan.rows});
+                 B{a, g, nq, &plan, partial.data(), detail::kernel_isa<T>(a.head_dim)});
+  elementwise<T>("hybridseq::kernels::attention::dkv_sum", exec, std::int64_t(plan.shared_blocks.size()) * a.tk,
+                 2 * a.head_dim, detail::SumSlots<T, Space>{a, g, &plan, partial.data()});
   exec.fence();  // the plan and the partial buffers go out of scope here
 }
 
