@@ -25,10 +25,10 @@ namespace detail {
 struct TeamPerRow {};
 
 /// Each row's log-sum-exp, lse(begin + r) = log Σⱼ exp(logits(r, j)) (0 for an ignored row).
-/// Host spaces run a row per index (`operator()`, the exps inlined polynomials); devices run a
-/// team per row (`operator()(TeamPerRow, member)`): a row of a large vocabulary (V = 32 768 in the device
-/// bench) is too long a loop for one GPU thread. Both take the maximum first and sum
-/// exp(logit − max) after, the team in its own order.
+/// Host spaces run a row per index (`operator()`, the exps inlined polynomials); devices run
+/// a team per row (`operator()(TeamPerRow, member)`): a row of a large vocabulary (V = 32 768
+/// in the device bench) is too long a loop for one GPU thread. Both take the maximum first and
+/// sum exp(logit − max) after, the team in its own order.
 template <class T, class Space>
 struct CrossEntropyLse {
   Tensor<const T**, Space> logits;             // (C, V) for rows [begin, begin + C)
