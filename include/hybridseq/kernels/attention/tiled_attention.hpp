@@ -470,6 +470,7 @@ struct Backward {
       const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
       for (std::int64_t k0 = kb / tile_k * tile_k; k0 < ke; k0 += tile_k) {
         const int cols = int(std::min<std::int64_t>(tile_k, n - k0));
+        if (cols <= 0) break;  // never (k0 < ke ≤ n); without it GCC 12 sees a negative copy size
         const T* k = a.k.row(b, k0, hk);
         const T* v = a.v.row(b, k0, hk);
         simd::gemm(shape, cols, tile_q, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false);  // Sᵀ
