@@ -76,7 +76,7 @@ TEST_CASE("float GELU: the branch-free normal CDF and GELU' match libm in double
 
 HYBRIDSEQ_SPACE_TEST_CASE("column reductions: the per-column device path equals the per-block host path",
                           "[layers][kernels]") {
-  // reduce_column_blocks runs f(block) on host spaces and f.column(block, j) on devices: each
+  // reduce_column_blocks runs f(block) on host spaces and f.part(block, j) on devices: each
   // partial sums the same terms in the same order. Both paths run here, on any space, against
   // each other (to float rounding: a compiler may contract the two loops differently), with
   // 200 rows = 3 full blocks of 64 and a partial one.
@@ -94,7 +94,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("column reductions: the per-column device path equals 
     std::vector<std::vector<double>> by_block, by_column;
     Kokkos::parallel_for(Kokkos::RangePolicy<Space>(0, blocks), make(partials.first...));
     Kokkos::parallel_for(Kokkos::RangePolicy<Space>(0, blocks * cols),
-                         ColumnOfBlock<decltype(make(partials.second...))>{make(partials.second...), cols});
+                         EachPart<decltype(make(partials.second...))>{make(partials.second...), cols});
     Space().fence();
     for (const auto& p : {partials...}) {
       const auto a = testing::to_vector(p.first), b = testing::to_vector(p.second);
@@ -138,7 +138,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("cross-entropy: the team-per-row device path equals th
   Kokkos::parallel_for(Kokkos::RangePolicy<Space>(0, rows),
                        CrossEntropyGrad<float, Space>{d_rows, targets, lse_rows, 0, ignore, scale});
   Kokkos::parallel_for(Kokkos::RangePolicy<Space>(0, rows * v),
-                       EachLogit<CrossEntropyGrad<float, Space>>{{d_elements, targets, lse_rows, 0, ignore, scale}, v});
+                       EachPart<CrossEntropyGrad<float, Space>>{{d_elements, targets, lse_rows, 0, ignore, scale}, v});
   Space().fence();
   const auto a = testing::to_vector(lse_rows), b = testing::to_vector(lse_team);
   const auto lg = testing::to_vector(logits);

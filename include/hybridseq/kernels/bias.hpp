@@ -10,8 +10,8 @@
 /// partial sums, and the partials are then added up per column in block order. The grouping
 /// depends on the shape alone, so the gradients are the same, bit for bit, at any thread
 /// count. On a device one thread per (block, column) sums that column's rows of the block in
-/// the same order (`reduce_column_blocks`): a block per thread there gave a GPU only R/64
-/// threads, each reading its own rows (17 % of a training step on an H200).
+/// the same order (the kernels SplitsOnDevices, a part per column): a block per thread there
+/// gave a GPU only R/64 threads, each reading its own rows (17 % of a training step on an H200).
 
 #include <cstdint>
 #include <string>
@@ -57,7 +57,8 @@ struct BlockColumnSums {
     for (std::int64_t r = rows.begin + 1; r < rows.end; ++r)
       for (std::int64_t j = 0; j < n; ++j) partial(block, j) += dy(r, j);
   }
-  KOKKOS_INLINE_FUNCTION void column(const std::int64_t block, const std::int64_t j) const {
+  KOKKOS_INLINE_FUNCTION std::int64_t parts() const { return std::int64_t(dy.extent(1)); }
+  KOKKOS_INLINE_FUNCTION void part(const std::int64_t block, const std::int64_t j) const {
     const RowBlock rows(block, dy.extent(0));
     T acc = dy(rows.begin, j);
     for (std::int64_t r = rows.begin + 1; r < rows.end; ++r) acc += dy(r, j);
@@ -65,26 +66,14 @@ struct BlockColumnSums {
   }
 };
 
-/// f.column(block, j) for index block · cols + j.
-template <class F>
-struct ColumnOfBlock {
-  F f;
-  std::int64_t cols;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { f.column(i / cols, i % cols); }
-};
-
-/// A row-block reduction of a (rows, cols) matrix into (blocks, cols) partials: on host spaces
-/// f(block) for every block (its rows in order, unit-stride over the columns; about
-/// `work_per_element` light updates per matrix element); elsewhere f.column(block, j) for every
-/// block and column, which sums the same terms in the same order.
+/// A row-block reduction of a (rows, cols) matrix into (blocks, cols) partials, by a kernel f
+/// that SplitsOnDevices a part per column: on host spaces f(block) for every block, its rows in
+/// order, about `work_per_element` light updates per matrix element.
 template <class T, class Space, class F>
 void reduce_column_blocks(const char* label, const Space& exec, std::int64_t rows, std::int64_t cols,
                           std::int64_t work_per_element, const F& f) {
-  if constexpr (core::host_space<Space>)
-    elementwise<T>(label, exec, column_blocks(rows), column_block_rows * cols * work_per_element, f);
-  else
-    Kokkos::parallel_for(label, Kokkos::RangePolicy<Space>(exec, 0, column_blocks(rows) * cols),
-                         ColumnOfBlock<F>{f, cols});
+  static_assert(SplitsOnDevices<F>, "hybridseq::kernels::reduce_column_blocks: a kernel with a part per column");
+  elementwise<T>(label, exec, column_blocks(rows), column_block_rows * cols * work_per_element, f);
 }
 
 /// out(j) += Σ_block partial(block, j), blocks in order.

@@ -87,8 +87,7 @@ struct CrossEntropyLoss {
 };
 
 /// dlogits = scale · (softmax − onehot), in place over a chunk's logits; 0 on ignored rows.
-/// Host spaces run a row per index (a vectorised map over the row); devices an element per
-/// thread (`EachLogit`).
+/// Host spaces run a row per index (a vectorised map over the row); devices a logit per thread.
 template <class T, class Space>
 struct CrossEntropyGrad {
   Tensor<T**, Space> logits;  // (C, V): overwritten with dlogits
@@ -111,7 +110,8 @@ struct CrossEntropyGrad {
     row[target] -= scale;
   }
 
-  KOKKOS_INLINE_FUNCTION void element(const std::int64_t r, const std::int64_t j) const {
+  KOKKOS_INLINE_FUNCTION std::int64_t parts() const { return std::int64_t(logits.extent(1)); }
+  KOKKOS_INLINE_FUNCTION void part(const std::int64_t r, const std::int64_t j) const {
     const std::int32_t target = targets(begin + r);
     if (target == ignore_index) {
       logits(r, j) = 0;
@@ -122,12 +122,7 @@ struct CrossEntropyGrad {
   }
 };
 
-template <class F>
-struct EachLogit {
-  F f;
-  std::int64_t v;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { f.element(i / v, i % v); }
-};
+static_assert(SplitsOnDevices<CrossEntropyGrad<float, DefaultSpace>>);
 
 /// Runs the lse kernel over `rows` rows: a row per index on the host, a team per row on devices.
 template <class T, class Space>
@@ -137,16 +132,6 @@ void cross_entropy_lse(const Space& exec, std::int64_t rows, std::int64_t v, con
   else
     Kokkos::parallel_for("hybridseq::kernels::cross_entropy::lse[team]",
                          Kokkos::TeamPolicy<Space, TeamPerRow>(exec, rows, Kokkos::AUTO), f);
-}
-
-/// Runs the gradient kernel over `rows` rows of v logits each.
-template <class T, class Space>
-void cross_entropy_grad(const Space& exec, std::int64_t rows, std::int64_t v, const CrossEntropyGrad<T, Space>& f) {
-  if constexpr (core::host_space<Space>)
-    elementwise<T>("hybridseq::kernels::cross_entropy::backward", exec, rows, 4 * v, f);
-  else
-    Kokkos::parallel_for("hybridseq::kernels::cross_entropy::backward[element]",
-                         Kokkos::RangePolicy<Space>(exec, 0, rows * v), EachLogit<CrossEntropyGrad<T, Space>>{f, v});
 }
 }  // namespace detail
 
@@ -208,8 +193,8 @@ void lm_head_cross_entropy_backward(const Space& exec, core::Workspace<Space>& w
     auto xc = Kokkos::subview(x, span, Kokkos::ALL);
     auto lc = Kokkos::subview(logits, Kokkos::make_pair(std::int64_t(0), rows), Kokkos::ALL);
     gemm(exec, Op::none, Op::transpose, T(1), xc, w, T(0), lc);
-    detail::cross_entropy_grad<T>(exec, rows, v,
-                                  detail::CrossEntropyGrad<T, Space>{lc, targets, lse, begin, ignore_index, scale});
+    elementwise<T>("hybridseq::kernels::cross_entropy::backward", exec, rows, 4 * v,
+                   detail::CrossEntropyGrad<T, Space>{lc, targets, lse, begin, ignore_index, scale});
     gemm(exec, Op::none, Op::none, T(1), lc, w, T(1), Kokkos::subview(dx, span, Kokkos::ALL));
     gemm(exec, Op::transpose, Op::none, T(1), lc, xc, T(1), dw);
   }

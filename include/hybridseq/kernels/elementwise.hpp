@@ -8,8 +8,10 @@
 /// loop compiled once per ISA copy (isa.hpp) with the index function flattened into it, the copy
 /// chosen once per call. An index is whatever the kernel makes it: an element, a row, a head's
 /// vector. Float only: double is the reference path of the finite-difference checks and keeps
-/// one copy. Device spaces take one index per thread.
+/// one copy. Device spaces take one index per thread, or, for a kernel that `SplitsOnDevices`,
+/// one part of an index per thread.
 
+#include <concepts>
 #include <cstdint>
 #include <type_traits>
 
@@ -19,7 +21,26 @@
 
 namespace hybridseq::kernels {
 
+/// A kernel whose index is a row of work on the host and `parts()` threads' work on a device:
+/// f(i) does index i whole (its parts in order, unit-stride, vectorised on the host's vector
+/// width), f.part(i, j) does part j of it alone, summing the same terms in the same order. A
+/// GPU needs the finer grain: a row per thread gave an H200 too few threads, each reading a
+/// row of its own (bias and norm gradients, cross-entropy, RoPE heads).
+template <class F>
+concept SplitsOnDevices = requires(const F& f, std::int64_t i) {
+  { f.parts() } -> std::convertible_to<std::int64_t>;
+  f.part(i, i);
+};
+
 namespace detail {
+/// f.part(i / parts, i % parts) for index i: a SplitsOnDevices kernel on a device.
+template <class F>
+struct EachPart {
+  F f;
+  std::int64_t parts;
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { f.part(i / parts, i % parts); }
+};
+
 /// Light element updates per block of a host loop (the unit for which an ISA copy is chosen):
 /// large enough that choosing costs nothing, small enough that a loop worth forking
 /// (core::inline_work) has a block for each of several threads.
@@ -65,8 +86,9 @@ struct ElementwiseBlocks {
 }  // namespace detail
 
 /// f(i) for i in [0, n), where f computes on scalars of type T and each index costs about
-/// `work_per_index` light element updates (core::parallel_for's unit). Indices must be
-/// independent; small loops run on the calling thread (core::parallel_for's rule).
+/// `work_per_index` light element updates (core::parallel_for's unit); on a device, f.part(i, j)
+/// for every part j instead when f SplitsOnDevices. Indices must be independent; small loops
+/// run on the calling thread (core::parallel_for's rule).
 template <class T, class Space, class F>
 void elementwise(const char* label, const Space& exec, std::int64_t n, std::int64_t work_per_index, const F& f) {
   if constexpr (core::host_space<Space>) {
@@ -75,6 +97,10 @@ void elementwise(const char* label, const Space& exec, std::int64_t n, std::int6
     const std::int64_t blocks = (n + per_block - 1) / per_block;
     core::parallel_for(label, exec, blocks, per_block * work,
                        detail::ElementwiseBlocks<T, F>{f, n, per_block, host_isa()});
+  } else if constexpr (SplitsOnDevices<F>) {
+    const std::int64_t parts = f.parts();
+    core::parallel_for(label, exec, n * parts, work_per_index / (parts > 0 ? parts : 1),
+                       detail::EachPart<F>{f, parts});
   } else {
     core::parallel_for(label, exec, n, work_per_index, f);
   }

@@ -64,7 +64,8 @@ struct RmsNormBackwardWeight {
       for (std::int64_t j = 0; j < d; ++j) partial(block, j) += dy(r, j) * x(r, j) * s;
     }
   }
-  KOKKOS_INLINE_FUNCTION void column(const std::int64_t block, const std::int64_t j) const {
+  KOKKOS_INLINE_FUNCTION std::int64_t parts() const { return std::int64_t(x.extent(1)); }
+  KOKKOS_INLINE_FUNCTION void part(const std::int64_t block, const std::int64_t j) const {
     const RowBlock rows(block, x.extent(0));
     T acc = 0;
     for (std::int64_t r = rows.begin; r < rows.end; ++r) acc += dy(r, j) * x(r, j) * rstd(r);
@@ -138,7 +139,8 @@ struct LayerNormBackwardParams {
       }
     }
   }
-  KOKKOS_INLINE_FUNCTION void column(const std::int64_t block, const std::int64_t j) const {
+  KOKKOS_INLINE_FUNCTION std::int64_t parts() const { return std::int64_t(x.extent(1)); }
+  KOKKOS_INLINE_FUNCTION void part(const std::int64_t block, const std::int64_t j) const {
     const RowBlock rows(block, x.extent(0));
     T acc_w = 0, acc_b = 0;
     for (std::int64_t r = rows.begin; r < rows.end; ++r) {

@@ -44,12 +44,17 @@ struct RopeApply {
   // arithmetic (64-bit divisions cost more than a head's rotation).
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t bt) const {
     const std::int64_t t = bt % std::int64_t(in.extent(1)), b = bt / std::int64_t(in.extent(1));
-    for (std::int64_t h = 0; h < heads; ++h) rotate(&in(b, t, h, 0), &out(b, t, h, 0), &cos(t, 0), &sin(t, 0));
+    for (std::int64_t h = 0; h < heads; ++h) rotate(&in(b, t, h, 0), &out(b, t, h, 0), row(cos, t), row(sin, t));
   }
-  // Devices: a thread per (b·T + t, h), for the threads a GPU needs.
-  KOKKOS_INLINE_FUNCTION void head(const std::int64_t bt, const std::int64_t h) const {
+  // Devices: a thread per (b·T + t, h).
+  KOKKOS_INLINE_FUNCTION std::int64_t parts() const { return heads; }
+  KOKKOS_INLINE_FUNCTION void part(const std::int64_t bt, const std::int64_t h) const {
     const std::int64_t t = bt % std::int64_t(in.extent(1)), b = bt / std::int64_t(in.extent(1));
-    rotate(&in(b, t, h, 0), &out(b, t, h, 0), &cos(t, 0), &sin(t, 0));
+    rotate(&in(b, t, h, 0), &out(b, t, h, 0), row(cos, t), row(sin, t));
+  }
+  // Row t of a table by address: the table has no columns when rotary is 0.
+  KOKKOS_FORCEINLINE_FUNCTION static const T* row(const Tensor<const T**, Space>& table, const std::int64_t t) {
+    return table.data() + t * std::int64_t(table.stride(0));
   }
 
   KOKKOS_FORCEINLINE_FUNCTION void rotate(const T* x, T* y, const T* c, const T* s) const {
@@ -75,11 +80,7 @@ struct RopeApply {
   }
 };
 
-template <class F>
-struct EachHead {
-  F f;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t index) const { f.head(index / f.heads, index % f.heads); }
-};
+static_assert(SplitsOnDevices<RopeApply<float, DefaultSpace, false>>);
 }  // namespace detail
 
 /// Fills cos/sin tables (T, r/2) for positions offset .. offset + T − 1.
@@ -102,12 +103,8 @@ void rope_apply(const Space& exec, TensorArg<const T****, Space> in, TensorArg<T
   if (in.size() == 0) return;
   if (heads < 0) heads = std::int64_t(in.extent(2));
   const std::int64_t positions = std::int64_t(in.extent(0) * in.extent(1)), dh = std::int64_t(in.extent(3));
-  const detail::RopeApply<T, Space, Accumulate> f{in, out, cos, sin, rotary, inverse ? T(-1) : T(1), heads};
-  if constexpr (core::host_space<Space>)
-    elementwise<T>("hybridseq::kernels::rope::apply", exec, positions, heads * dh, f);
-  else
-    core::parallel_for("hybridseq::kernels::rope::apply", exec, positions * heads, dh,
-                       detail::EachHead<detail::RopeApply<T, Space, Accumulate>>{f});
+  elementwise<T>("hybridseq::kernels::rope::apply", exec, positions, heads * dh,
+                 detail::RopeApply<T, Space, Accumulate>{in, out, cos, sin, rotary, inverse ? T(-1) : T(1), heads});
 }
 
 }  // namespace hybridseq::kernels
