@@ -99,8 +99,7 @@ void elementwise(const char* label, const Space& exec, std::int64_t n, std::int6
                        detail::ElementwiseBlocks<T, F>{f, n, per_block, host_isa()});
   } else if constexpr (SplitsOnDevices<F>) {
     const std::int64_t parts = f.parts();
-    core::parallel_for(label, exec, n * parts, work_per_index / (parts > 0 ? parts : 1),
-                       detail::EachPart<F>{f, parts});
+    core::parallel_for(label, exec, n * parts, work_per_index / (parts > 0 ? parts : 1), detail::EachPart<F>{f, parts});
   } else {
     core::parallel_for(label, exec, n, work_per_index, f);
   }
