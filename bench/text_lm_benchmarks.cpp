@@ -5,8 +5,9 @@
 //   text_lm_train/<arch>/B:16/T:128   one training step as text_lm's Trainer takes it
 //                                     (parameters made contiguous once):
 //                                     zero_grad, forward + loss + backward, global-norm
-//                                     clipping at 1, AdamW step; counters tokens/s and
+//                                     clipping at 1, AdamW step; counters tokens/s,
 //                                     launches/step (Kokkos kernel launches of one more step)
+//                                     and allocations/step (Kokkos allocations of another)
 //   text_lm_decode/transformer/tokens:256   decoding: 256 given tokens fed one at a time
 //                                     (LanguageModel::prefill of 1) from an empty KV cache
 //                                     (no sampling); counters tokens/s and launches/token
@@ -37,6 +38,7 @@ void train_step(benchmark::State& state, int layers) {
   for (auto _ : state) step();
   state.counters["tokens/s"] = per_second(double(b * t));
   if (const auto launches = kokkos_launches(step)) state.counters["launches/step"] = double(*launches);
+  if (const auto allocations = kokkos_allocations(step)) state.counters["allocations/step"] = double(*allocations);
   state.counters["parameters"] = double(core::parameter_count(model));
 }
 

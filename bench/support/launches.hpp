@@ -1,8 +1,9 @@
 #pragma once
-// Kokkos kernel launches of one call, counted through Kokkos' tools interface. On the host each
-// launch is a parallel region, whose closing barrier waits for every thread: the count is what
-// a busy neighbour multiplies (docs/design.md, "Threads"). Loops that core::parallel_for runs
-// inline are not launches and are not counted; nor are OpenBLAS' own regions.
+// Kokkos kernel launches and allocations of one call, counted through Kokkos' tools interface.
+// On the host each launch is a parallel region, whose closing barrier waits for every thread:
+// the count is what a busy neighbour multiplies (docs/design.md, "Threads"). Loops that
+// core::parallel_for runs inline are not launches and are not counted; nor are OpenBLAS' own
+// regions. On a GPU each allocation is a synchronising cudaMalloc.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -22,6 +23,13 @@ inline std::uint64_t& launch_count() {
 }
 inline void count_launch(const char*, const std::uint32_t, std::uint64_t*) {
   ++launch_count();
+}
+inline std::uint64_t& allocation_count() {
+  static std::uint64_t n = 0;
+  return n;
+}
+inline void count_allocation(Kokkos::Profiling::SpaceHandle, const char*, const void*, std::uint64_t) {
+  ++allocation_count();
 }
 
 struct KernelClock {
@@ -105,6 +113,19 @@ std::optional<std::uint64_t> kokkos_launches(F&& f) {
   tools::set_begin_parallel_reduce_callback(nullptr);
   tools::set_begin_parallel_scan_callback(nullptr);
   return detail::launch_count();
+}
+
+/// Kokkos allocations (Views, in any memory space) made by one call of `f`; none (nullopt) when
+/// a Kokkos tool is already attached. On a GPU each is a synchronising cudaMalloc.
+template <class F>
+std::optional<std::uint64_t> kokkos_allocations(F&& f) {
+  namespace tools = Kokkos::Tools::Experimental;
+  if (Kokkos::Tools::profileLibraryLoaded()) return std::nullopt;
+  detail::allocation_count() = 0;
+  tools::set_allocate_data_callback(detail::count_allocation);
+  f();
+  tools::set_allocate_data_callback(nullptr);
+  return detail::allocation_count();
 }
 
 }  // namespace hybridseq::bench

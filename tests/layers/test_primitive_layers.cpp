@@ -79,10 +79,12 @@ HYBRIDSEQ_SPACE_TEST_CASE("column reductions: the per-column device path equals 
   // reduce_column_blocks runs f(block) on host spaces and f.part(block, j) on devices: each
   // partial sums the same terms in the same order. Both paths run here, on any space, against
   // each other (to float rounding: a compiler may contract the two loops differently), with
-  // 200 rows = 3 full blocks of 64 and a partial one.
+  // 200 rows = 3 full blocks of 64 and a partial one, and 5000 rows = the 64 blocks of 79 rows
+  // (the last 77) that the fixed-size partials allow.
   using Space = TestType;
   using namespace kernels::detail;
-  const std::int64_t rows = 200, cols = 37, blocks = column_blocks(rows);
+  const std::int64_t rows = GENERATE(200, 5000), cols = 37, blocks = kernels::column_blocks(rows);
+  CHECK(blocks == (rows == 200 ? 4 : kernels::max_column_blocks));
   Tensor<float**, Space> x("x", rows, cols), dy("dy", rows, cols);
   Tensor<float*, Space> mean("mean", rows), rstd("rstd", rows);
   core::fill(Space{}, core::flat(x), core::Init::normal(1.0), 5, 1);

@@ -211,6 +211,58 @@ TEST_CASE("models: a refused prefill leaves every layer's state unchanged ([SSM,
   check(static_cast<cases::PhaTiny::Layer<float, Kokkos::Serial>*>(nullptr), "PHA");
 }
 
+namespace {
+std::vector<std::string>& allocation_labels() {
+  static std::vector<std::string> labels;
+  return labels;
+}
+void record_allocation(Kokkos::Profiling::SpaceHandle, const char* label, const void*, std::uint64_t) {
+  allocation_labels().emplace_back(label);
+}
+}  // namespace
+
+HYBRIDSEQ_SPACE_TEST_CASE("models: a training step allocates nothing after the first (PHA, Transformer, [SSM, TF])",
+                          "[models]") {
+  // The arena takes its chunks in the first step; every later step finds its memory there or in
+  // the layers (parameters, gradients, the gradients' column partials): on a GPU an allocation
+  // synchronises the device. Allocations are counted through Kokkos' tools interface, over 210
+  // rows (4 row blocks of the column reductions) and 70 positions (2 query tiles).
+  using S = TestType;
+  if (Kokkos::Tools::profileLibraryLoaded()) return;  // an attached tool's callbacks are not ours to replace
+  const auto check = [&]<class Case>(Case) {
+    using L = typename Case::template Layer<float, S>;
+    L model(Case::template options<L>());
+    core::initialize(model, 5);
+    const std::int64_t b = 3, t = 70;
+    std::vector<int> id(b * t), target(b * t);
+    for (std::size_t i = 0; i < id.size(); ++i) {
+      id[i] = int(i * 7 % cases::model_vocab);
+      target[i] = int((i * 5 + 1) % cases::model_vocab);
+    }
+    Tensor<std::int32_t**, S> ids("ids", b, t), targets("targets", b, t);
+    testing::from_vector(ids, id);
+    testing::from_vector(targets, target);
+    core::Workspace<S> ws;
+    const auto step = [&] {
+      core::zero_grad(model);
+      model.train_step(ws, ids, targets);
+      S().fence();
+    };
+    step();
+    allocation_labels().clear();
+    Kokkos::Tools::Experimental::set_allocate_data_callback(record_allocation);
+    step();
+    Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
+    std::string labels;
+    for (const auto& label : allocation_labels()) labels += " " + label;
+    INFO(Case::name << " allocated in its second step:" << labels);
+    CHECK(allocation_labels().empty());
+  };
+  check(cases::PhaTiny{});
+  check(cases::TransformerCase{});
+  check(cases::HybridCase{});
+}
+
 TEST_CASE("models: dropout acts in training passes only, with masks fixed by (seed, pass)", "[models][host][dropout]") {
   using Space = Kokkos::Serial;
   using Model = cases::HybridTiny<float, Space>;

@@ -16,14 +16,38 @@
 #include <cstdint>
 #include <string>
 
+#include "../core/error.hpp"
 #include "../core/spaces.hpp"
 #include "elementwise.hpp"
 
 namespace hybridseq::kernels {
 
 /// Rows per block of the column reductions: enough for the blocks' partials to be a small
-/// fraction of the rows they sum, few enough that every thread gets blocks.
-inline constexpr std::int64_t column_block_rows = 64;
+/// fraction of the rows they sum, few enough that every thread gets blocks; more rows per block
+/// once that would make over max_column_blocks blocks, so that the partials have a fixed size
+/// and the layers own them (a backward allocates nothing: on a GPU an allocation synchronises).
+inline constexpr std::int64_t column_block_rows = 64, max_column_blocks = 64;
+
+/// Rows per block of a reduction over `rows` rows (column_block_rows up to 4096 rows).
+KOKKOS_INLINE_FUNCTION constexpr std::int64_t rows_per_column_block(std::int64_t rows) {
+  const std::int64_t spread = (rows + max_column_blocks - 1) / max_column_blocks;
+  return spread > column_block_rows ? spread : column_block_rows;
+}
+
+/// Blocks of a reduction over `rows` rows: at most max_column_blocks.
+KOKKOS_INLINE_FUNCTION constexpr std::int64_t column_blocks(std::int64_t rows) {
+  const std::int64_t per = rows_per_column_block(rows);
+  return (rows + per - 1) / per;
+}
+
+/// Partials for the column reductions of a (rows, cols) gradient at any number of rows,
+/// uninitialised: (max_column_blocks, cols). The layer whose parameter gradient is reduced holds
+/// them, as it holds the gradient.
+template <class T, class Space>
+Tensor<T**, Space> column_partials(const char* label, std::int64_t cols) {
+  return Tensor<T**, Space>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), max_column_blocks,
+                            cols);
+}
 
 namespace detail {
 template <class T, class Space>
@@ -35,15 +59,12 @@ struct BroadcastRows {
   }
 };
 
-constexpr std::int64_t column_blocks(std::int64_t rows) {
-  return (rows + column_block_rows - 1) / column_block_rows;
-}
-
 /// The rows [begin, end) of row block `block` of a matrix with `rows` rows.
 struct RowBlock {
   std::int64_t begin, end;
   KOKKOS_INLINE_FUNCTION RowBlock(std::int64_t block, std::int64_t rows)
-      : begin(block * column_block_rows), end(begin + column_block_rows < rows ? begin + column_block_rows : rows) {}
+      : begin(block * rows_per_column_block(rows)),
+        end(begin + rows_per_column_block(rows) < rows ? begin + rows_per_column_block(rows) : rows) {}
 };
 
 template <class T, class Space>
@@ -73,7 +94,17 @@ template <class T, class Space, class F>
 void reduce_column_blocks(const char* label, const Space& exec, std::int64_t rows, std::int64_t cols,
                           std::int64_t work_per_element, const F& f) {
   static_assert(SplitsOnDevices<F>, "hybridseq::kernels::reduce_column_blocks: a kernel with a part per column");
-  elementwise<T>(label, exec, column_blocks(rows), column_block_rows * cols * work_per_element, f);
+  elementwise<T>(label, exec, column_blocks(rows), rows_per_column_block(rows) * cols * work_per_element, f);
+}
+
+/// The first column_blocks(rows) rows of a layer's partials (column_partials), after checking
+/// that they are the partials of `cols` columns.
+template <class T, class Space>
+Tensor<T**, Space> blocks_of(const char* api, TensorArg<T**, Space> partial, std::int64_t rows, std::int64_t cols) {
+  if (std::int64_t(partial.extent(0)) < column_blocks(rows) || std::int64_t(partial.extent(1)) != cols)
+    fail<shape_error>(api, "the column partials are (", partial.extent(0), ", ", partial.extent(1), "), not (",
+                      max_column_blocks, ", ", cols, ") (kernels::column_partials)");
+  return Kokkos::subview(partial, Kokkos::make_pair(std::int64_t(0), column_blocks(rows)), Kokkos::ALL);
 }
 
 /// out(j) += Σ_block partial(block, j), blocks in order.
@@ -87,13 +118,6 @@ struct CombineBlocks {
     out(j) += acc;
   }
 };
-
-/// Partials of (blocks, N) for a reduction over `rows` rows, uninitialised.
-template <class T, class Space>
-Tensor<T**, Space> block_partials(const char* label, std::int64_t rows, std::int64_t cols) {
-  return Tensor<T**, Space>(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), column_blocks(rows),
-                            cols);
-}
 
 template <class T, class Space>
 void combine_blocks(const Space& exec, Tensor<const T**, Space> partial, TensorArg<T*, Space> out) {
@@ -109,12 +133,13 @@ void broadcast_rows(const Space& exec, TensorArg<const T*, Space> b, TensorArg<T
                  detail::BroadcastRows<T, Space>{b, y});
 }
 
-/// db += Σ_r dy(r, :) for dy (R, N).
+/// db += Σ_r dy(r, :) for dy (R, N), through `partial` (column_partials of N columns).
 template <class T, class Space>
-void accumulate_column_sums(const Space& exec, TensorArg<const T**, Space> dy, TensorArg<T*, Space> db) {
+void accumulate_column_sums(const Space& exec, TensorArg<const T**, Space> dy, TensorArg<T*, Space> db,
+                            TensorArg<T**, Space> partials) {
   const std::int64_t rows = dy.extent(0), cols = dy.extent(1);
   if (rows == 0) return;
-  const auto partial = detail::block_partials<T, Space>("hybridseq::kernels::bias::partial", rows, cols);
+  const auto partial = detail::blocks_of<T, Space>("hybridseq::kernels::accumulate_column_sums", partials, rows, cols);
   detail::reduce_column_blocks<T>("hybridseq::kernels::bias::column_sums", exec, rows, cols, 1,
                                   detail::BlockColumnSums<T, Space>{dy, partial});
   detail::combine_blocks<T>(exec, partial, db);

@@ -164,12 +164,12 @@ void rmsnorm_forward(const Space& exec, TensorArg<const T**, Space> x, TensorArg
 template <class T, class Space>
 void rmsnorm_backward(const Space& exec, TensorArg<const T**, Space> x, TensorArg<const T*, Space> w,
                       TensorArg<const T*, Space> rstd, TensorArg<const T**, Space> dy, TensorArg<T**, Space> dx,
-                      TensorArg<T*, Space> dw) {
+                      TensorArg<T*, Space> dw, TensorArg<T**, Space> partials) {
   const std::int64_t rows = x.extent(0), d = x.extent(1);
   elementwise<T>("hybridseq::kernels::rmsnorm::backward_input", exec, rows, 4 * d,
                  detail::RmsNormBackwardInput<T, Space>{x, dy, w, rstd, dx});
   if (rows == 0) return;
-  const auto partial = detail::block_partials<T, Space>("hybridseq::kernels::rmsnorm::partial", rows, d);
+  const auto partial = detail::blocks_of<T, Space>("hybridseq::kernels::rmsnorm_backward", partials, rows, d);
   detail::reduce_column_blocks<T>("hybridseq::kernels::rmsnorm::backward_weight", exec, rows, d, 1,
                                   detail::RmsNormBackwardWeight<T, Space>{x, dy, rstd, partial});
   detail::combine_blocks<T>(exec, partial, dw);
@@ -187,13 +187,13 @@ template <class T, class Space>
 void layernorm_backward(const Space& exec, TensorArg<const T**, Space> x, TensorArg<const T*, Space> w,
                         TensorArg<const T*, Space> mean, TensorArg<const T*, Space> rstd,
                         TensorArg<const T**, Space> dy, TensorArg<T**, Space> dx, TensorArg<T*, Space> dw,
-                        TensorArg<T*, Space> db) {
+                        TensorArg<T*, Space> db, TensorArg<T**, Space> partials_w, TensorArg<T**, Space> partials_b) {
   const std::int64_t rows = x.extent(0), d = x.extent(1);
   elementwise<T>("hybridseq::kernels::layernorm::backward_input", exec, rows, 5 * d,
                  detail::LayerNormBackwardInput<T, Space>{x, dy, w, mean, rstd, dx});
   if (rows == 0) return;
-  const auto partial_w = detail::block_partials<T, Space>("hybridseq::kernels::layernorm::partial_w", rows, d);
-  const auto partial_b = detail::block_partials<T, Space>("hybridseq::kernels::layernorm::partial_b", rows, d);
+  const auto partial_w = detail::blocks_of<T, Space>("hybridseq::kernels::layernorm_backward", partials_w, rows, d);
+  const auto partial_b = detail::blocks_of<T, Space>("hybridseq::kernels::layernorm_backward", partials_b, rows, d);
   detail::reduce_column_blocks<T>("hybridseq::kernels::layernorm::backward_params", exec, rows, d, 2,
                                   detail::LayerNormBackwardParams<T, Space>{x, dy, mean, rstd, partial_w, partial_b});
   detail::combine_blocks<T>(exec, partial_w, dw);

@@ -28,7 +28,9 @@ class LayerNorm : public core::PositionWiseLayer<D, T, Space> {
   explicit LayerNorm(const Options& options = {})
       : eps_(static_cast<T>(options.eps)),
         weight_({D}, core::Role::norm_gain, core::Init::ones()),
-        bias_({D}, core::Role::bias, core::Init::zeros()) {}
+        bias_({D}, core::Role::bias, core::Init::zeros()),
+        weight_partials_(kernels::column_partials<T, Space>("hybridseq::layers::LayerNorm::weight_partials", D)),
+        bias_partials_(kernels::column_partials<T, Space>("hybridseq::layers::LayerNorm::bias_partials", D)) {}
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& saved) const {
     check(x, y, "forward", "y");
@@ -44,7 +46,8 @@ class LayerNorm : public core::PositionWiseLayer<D, T, Space> {
     check(saved.x, dy, "backward", "dy");
     check(saved.x, dx, "backward", "dx");
     kernels::layernorm_backward<T>(Space{}, core::as_matrix(saved.x), weight_.value(), saved.mean, saved.rstd,
-                                   core::as_matrix(dy), core::as_matrix(dx), weight_.grad(), bias_.grad());
+                                   core::as_matrix(dy), core::as_matrix(dx), weight_.grad(), bias_.grad(),
+                                   weight_partials_, bias_partials_);
   }
 
   /// Arena use: the saved mean and rstd, one per row (forward's allocations).
@@ -67,6 +70,9 @@ class LayerNorm : public core::PositionWiseLayer<D, T, Space> {
   T eps_;
   core::Parameter<T, Space> weight_;  // (D)
   core::Parameter<T, Space> bias_;    // (D)
+  // The gradients' row-block sums (kernels::column_partials): held like the gradients, so that
+  // backward allocates nothing.
+  Tensor<T**, Space> weight_partials_, bias_partials_;
 };
 
 }  // namespace hybridseq::layers

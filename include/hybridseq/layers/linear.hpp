@@ -45,7 +45,9 @@ class Linear {
 
   explicit Linear(const Options& options = {})
       : weight_({S.out, S.in}, core::Role::weight, core::Init::normal(options.init_std)),
-        bias_({S.bias ? S.out : 0}, core::Role::bias, core::Init::zeros()) {}
+        bias_({S.bias ? S.out : 0}, core::Role::bias, core::Init::zeros()),
+        bias_partials_(
+            kernels::column_partials<T, Space>("hybridseq::layers::Linear::bias_partials", S.bias ? S.out : 0)) {}
 
   void forward(core::Workspace<Space>&, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& saved) const {
     check(x, y, "forward", "y");
@@ -67,7 +69,7 @@ class Linear {
                   write == Write::add ? T(1) : T(0), core::as_matrix(dx));
     kernels::gemm(exec, kernels::Op::transpose, kernels::Op::none, T(1), g, x, T(1),
                   weight_.template shaped_grad<T**>());
-    if constexpr (S.bias) kernels::accumulate_column_sums<T>(exec, g, bias_.grad());
+    if constexpr (S.bias) kernels::accumulate_column_sums<T>(exec, g, bias_.grad(), bias_partials_);
   }
 
   /// Arena use: none (y and the saved input are the caller's).
@@ -105,6 +107,7 @@ class Linear {
 
   core::Parameter<T, Space> weight_;  // (out, in)
   core::Parameter<T, Space> bias_;    // (out), or empty when S.bias is false
+  Tensor<T**, Space> bias_partials_;  // the bias gradient's row-block sums (kernels::column_partials)
 };
 
 }  // namespace hybridseq::layers

@@ -25,7 +25,9 @@ class RmsNorm : public core::PositionWiseLayer<D, T, Space> {
   };
 
   explicit RmsNorm(const Options& options = {})
-      : eps_(static_cast<T>(options.eps)), weight_({D}, core::Role::norm_gain, core::Init::ones()) {}
+      : eps_(static_cast<T>(options.eps)),
+        weight_({D}, core::Role::norm_gain, core::Init::ones()),
+        weight_partials_(kernels::column_partials<T, Space>("hybridseq::layers::RmsNorm::weight_partials", D)) {}
 
   void forward(core::Workspace<Space>& ws, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& saved) const {
     check(x, y, "forward", "y");
@@ -38,7 +40,7 @@ class RmsNorm : public core::PositionWiseLayer<D, T, Space> {
     check(saved.x, dy, "backward", "dy");
     check(saved.x, dx, "backward", "dx");
     kernels::rmsnorm_backward<T>(Space{}, core::as_matrix(saved.x), weight_.value(), saved.rstd, core::as_matrix(dy),
-                                 core::as_matrix(dx), weight_.grad());
+                                 core::as_matrix(dx), weight_.grad(), weight_partials_);
   }
 
   /// Arena use: the saved rstd, one per row (forward's allocation).
@@ -58,7 +60,8 @@ class RmsNorm : public core::PositionWiseLayer<D, T, Space> {
   }
 
   T eps_;
-  core::Parameter<T, Space> weight_;  // (D)
+  core::Parameter<T, Space> weight_;    // (D)
+  Tensor<T**, Space> weight_partials_;  // the gradient's row-block sums (kernels::column_partials)
 };
 
 }  // namespace hybridseq::layers

@@ -638,10 +638,11 @@ void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads
                  detail::Delta<T, Space>{a, g});
   const std::int64_t nq = query_tiles(a.tq);
   const detail::SlotPlan plan = detail::plan_slots<Scheme>(a, nq);
-  // Each slot zeroes the rows it sums into as it starts (on its thread: no separate fill pass).
-  const Kokkos::View<T*, typename Space::memory_space> partial(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "hybridseq::kernels::attention::dkv_partial"),
-      2 * plan.rows * a.head_dim);
+  // The partial rows live in a buffer of the calling thread that only grows, as the inline
+  // teams' scratch does: a training step allocates nothing after its first. Each slot zeroes
+  // the rows it sums into as it starts (on its thread: no separate fill pass).
+  thread_local std::vector<T> partial;
+  if (partial.size() < std::size_t(2 * plan.rows * a.head_dim)) partial.resize(2 * plan.rows * a.head_dim);
   using B = detail::Backward<Scheme, T, Space>;
   detail::launch("hybridseq::kernels::attention::backward[tiled]", exec, plan.slots,
                  B::scratch_bytes(a.head_dim, g.dalpha != nullptr, a.dropout.active()),
