@@ -208,7 +208,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   setenv("OMP_PROC_BIND", "false", 0);
-  Kokkos::ScopeGuard kokkos(argc, argv);
+  std::optional<Kokkos::ScopeGuard> kokkos;
+  if (const int rc = tools::start_kokkos("text_lm", kokkos, argc, argv)) return rc;
   tools::install_stop_handlers();
   return tools::guarded_main("text_lm", [&] {
     if (!c.checkpoint.empty() && io::remove_stale_temporary(c.checkpoint))

@@ -7,7 +7,8 @@
 //  - a SIGINT/SIGTERM flag that the Trainer polls after every step (it then writes its
 //    checkpoint and stops), and the exit status 128 + signal that shells expect;
 //  - a memory estimate measured on the model itself, checked before the real allocation;
-//  - one place that turns any exception into a message and a non-zero exit;
+//  - one place that turns any exception into a message and a non-zero exit, and a Kokkos start
+//    that does the same when a backend cannot start (a CUDA build without a usable GPU);
 //  - a start that sets what OpenBLAS and libgomp read before main: kernels this CPU runs, a
 //    short spin of idle threads (restart_with_runtime_settings).
 
@@ -22,6 +23,7 @@
 #include <filesystem>
 #include <limits>
 #include <new>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -213,6 +215,21 @@ int guarded_main(std::string_view tool, Body&& body) {
     return 3;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %.*s: %s\n", int(tool.size()), tool.data(), e.what());
+    return 4;
+  }
+}
+
+/// Starts Kokkos for the tool's run, stopped when `kokkos` goes out of scope. A backend that
+/// cannot start (Kokkos throws: a CUDA build on a machine without a usable GPU driver) is a
+/// message naming the cause and exit status 4, as any other failure in guarded_main, instead of
+/// an uncaught exception's abort. Returns 0 when Kokkos runs.
+inline int start_kokkos(std::string_view tool, std::optional<Kokkos::ScopeGuard>& kokkos, int& argc, char** argv) {
+  try {
+    kokkos.emplace(argc, argv);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %.*s: Kokkos could not start its %s backend: %s\n", int(tool.size()), tool.data(),
+                 Kokkos::DefaultExecutionSpace::name(), e.what());
     return 4;
   }
 }

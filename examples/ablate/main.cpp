@@ -640,7 +640,8 @@ int main(int argc, char** argv) {
   if (!child) mpi.emplace(argc, argv);
 #endif
   setenv("OMP_PROC_BIND", "false", 0);
-  Kokkos::ScopeGuard kokkos(argc, argv);
+  std::optional<Kokkos::ScopeGuard> kokkos;
+  if (const int rc = tools::start_kokkos("hybridseq-ablate", kokkos, argc, argv)) return rc;
   tools::install_stop_handlers();
   c.stop_requested = tools::stop_requested;
   return tools::guarded_main("hybridseq-ablate", [&] {
