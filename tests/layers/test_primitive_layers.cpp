@@ -80,7 +80,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("column reductions: the per-column device path equals 
   // partial sums the same terms in the same order. Both paths run here, on any space, against
   // each other (to float rounding: a compiler may contract the two loops differently), with
   // 200 rows = 3 full blocks of 64 and a partial one, and 5000 rows = the 64 blocks of 79 rows
-  // (the last 77) that the fixed-size partials allow.
+  // (the last 23) that the fixed-size partials allow.
   using Space = TestType;
   using namespace kernels::detail;
   const std::int64_t rows = GENERATE(200, 5000), cols = 37, blocks = kernels::column_blocks(rows);

@@ -83,10 +83,10 @@ class SoftplusMixer {
 
   /// The current mixing weights w_b (host copy), readable after training.
   std::array<double, N> weights() const {
-    const auto p = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits_.value());
+    const auto p = host_copy(logits_.value());
     std::array<double, N> w{};
     double total = 0;
-    for (int b = 0; b < N; ++b) total += (w[b] = detail::softplus(double(p(b))));
+    for (int b = 0; b < N; ++b) total += (w[b] = detail::softplus(double(p[b])));
     if constexpr (Normalised)
       for (auto& v : w) v /= total;
     return w;
@@ -101,23 +101,23 @@ class SoftplusMixer {
   }
 
   void backward(const Saved& s, Tensor<const T***, Space> dy, const std::array<Tensor<T***, Space>, N>& dh) {
-    const auto p = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits_.value());
+    const auto p = host_copy(logits_.value());
     const auto w = weights();
     std::array<double, N> g{}, sp{};  // g_b = ∂L/∂w_b
     double total = 0, wg = 0;
     for (int b = 0; b < N; ++b) {
       g[b] = detail::dot<T, Space>(s.h[b], dy);
       detail::axpy<T, Space>(T(w[b]), dy, dh[b]);
-      total += (sp[b] = detail::softplus(double(p(b))));
+      total += (sp[b] = detail::softplus(double(p[b])));
       wg += w[b] * g[b];
     }
-    auto grad = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits_.grad());
+    auto grad = host_copy(logits_.grad());
     for (int b = 0; b < N; ++b) {
       // Normalised: ∂L/∂s_b = (g_b − Σ_c w_c g_c) / Σ s;  un-normalised: ∂L/∂s_b = g_b.
       const double ds = Normalised ? (g[b] - wg) / total : g[b];
-      grad(b) += T(ds * detail::sigmoid(double(p(b))));
+      grad[b] += T(ds * detail::sigmoid(double(p[b])));
     }
-    Kokkos::deep_copy(logits_.grad(), grad);
+    Kokkos::deep_copy(logits_.grad(), HostScalars(grad.data(), N));
   }
 
   template <class Visit>
@@ -126,6 +126,15 @@ class SoftplusMixer {
   }
 
  private:
+  using HostScalars = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  // The N scalars on the host, copied into an array rather than a mirror View: a mirror of
+  // device memory is a new allocation at every call (a step allocates nothing after its first).
+  static std::array<T, N> host_copy(const Tensor<T*, Space>& v) {
+    std::array<T, N> out;
+    Kokkos::deep_copy(HostScalars(out.data(), N), v);
+    return out;
+  }
+
   core::Parameter<T, Space> logits_;  // (N)
 };
 

@@ -5,7 +5,8 @@
 /// RMSNorm and LayerNorm weights).
 ///
 /// A column sum over rows read column by column strides through memory and leaves each
-/// thread a sliver of every row. Instead the rows are cut into blocks of column_block_rows:
+/// thread a sliver of every row. Instead the rows are cut into blocks of column_block_rows (more
+/// above 4096 rows, rows_per_column_block):
 /// each block is summed, row after row with unit-stride inner loops, into its own row of
 /// partial sums, and the partials are then added up per column in block order. The grouping
 /// depends on the shape alone, so the gradients are the same, bit for bit, at any thread

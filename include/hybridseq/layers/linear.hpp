@@ -46,8 +46,8 @@ class Linear {
   explicit Linear(const Options& options = {})
       : weight_({S.out, S.in}, core::Role::weight, core::Init::normal(options.init_std)),
         bias_({S.bias ? S.out : 0}, core::Role::bias, core::Init::zeros()),
-        bias_partials_(
-            kernels::column_partials<T, Space>("hybridseq::layers::Linear::bias_partials", S.bias ? S.out : 0)) {}
+        bias_partials_(S.bias ? kernels::column_partials<T, Space>("hybridseq::layers::Linear::bias_partials", S.out)
+                              : Tensor<T**, Space>()) {}
 
   void forward(core::Workspace<Space>&, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& saved) const {
     check(x, y, "forward", "y");

@@ -650,7 +650,7 @@ void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads
                  B{a, g, nq, &plan, partial.data(), detail::kernel_isa<T>(a.head_dim)});
   elementwise<T>("hybridseq::kernels::attention::dkv_sum", exec, std::int64_t(plan.shared_blocks.size()) * a.tk,
                  2 * a.head_dim, detail::SumSlots<T, Space>{a, g, &plan, partial.data()});
-  exec.fence();  // the plan and the partial buffers go out of scope here
+  exec.fence();  // the plan goes out of scope here
 }
 
 }  // namespace tiled
