@@ -98,20 +98,29 @@ std::vector<KernelTime> kernel_times(F&& f) {
   return times;
 }
 
+namespace detail {
+/// Runs f once with `callback` installed through each of `setters`, then removes it: how the
+/// counts below are taken. False (f not run) when a Kokkos tool is already attached, whose
+/// callbacks this must not replace.
+template <class Callback, class F, class... Setters>
+bool with_callback(Callback callback, F&& f, Setters... setters) {
+  if (Kokkos::Tools::profileLibraryLoaded()) return false;
+  (setters(callback), ...);
+  f();
+  (setters(nullptr), ...);
+  return true;
+}
+}  // namespace detail
+
 /// parallel_for, parallel_reduce and parallel_scan launches made by one call of `f`; none
-/// (nullopt) when a Kokkos tool is already attached, whose callbacks this must not replace.
+/// (nullopt) when a Kokkos tool is already attached.
 template <class F>
 std::optional<std::uint64_t> kokkos_launches(F&& f) {
   namespace tools = Kokkos::Tools::Experimental;
-  if (Kokkos::Tools::profileLibraryLoaded()) return std::nullopt;
   detail::launch_count() = 0;
-  tools::set_begin_parallel_for_callback(detail::count_launch);
-  tools::set_begin_parallel_reduce_callback(detail::count_launch);
-  tools::set_begin_parallel_scan_callback(detail::count_launch);
-  f();
-  tools::set_begin_parallel_for_callback(nullptr);
-  tools::set_begin_parallel_reduce_callback(nullptr);
-  tools::set_begin_parallel_scan_callback(nullptr);
+  if (!detail::with_callback(detail::count_launch, f, tools::set_begin_parallel_for_callback,
+                             tools::set_begin_parallel_reduce_callback, tools::set_begin_parallel_scan_callback))
+    return std::nullopt;
   return detail::launch_count();
 }
 
@@ -119,12 +128,9 @@ std::optional<std::uint64_t> kokkos_launches(F&& f) {
 /// a Kokkos tool is already attached. On a GPU each is a synchronising cudaMalloc.
 template <class F>
 std::optional<std::uint64_t> kokkos_allocations(F&& f) {
-  namespace tools = Kokkos::Tools::Experimental;
-  if (Kokkos::Tools::profileLibraryLoaded()) return std::nullopt;
   detail::allocation_count() = 0;
-  tools::set_allocate_data_callback(detail::count_allocation);
-  f();
-  tools::set_allocate_data_callback(nullptr);
+  if (!detail::with_callback(detail::count_allocation, f, Kokkos::Tools::Experimental::set_allocate_data_callback))
+    return std::nullopt;
   return detail::allocation_count();
 }
 
