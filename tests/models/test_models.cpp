@@ -241,8 +241,8 @@ std::string allocations_of(F&& f) {
 }  // namespace
 
 HYBRIDSEQ_SPACE_TEST_CASE(
-    "models: training and decoding steps allocate nothing after the first (PHA, Transformer, "
-    "[SSM, TF])",
+    "models: training and decoding steps (and a session's) allocate nothing after the first (PHA, "
+    "Transformer, [SSM, TF])",
     "[models]") {
   // The arena takes its chunks in the first step; every later step finds its memory there or in
   // the layers (parameters, gradients, the gradients' column partials, decoding state): on a
@@ -289,6 +289,18 @@ HYBRIDSEQ_SPACE_TEST_CASE(
     const std::string in_decoding = allocations_of(decode);
     INFO(Case::name << " allocated in decoding tokens 4-6:" << in_decoding);
     CHECK(in_decoding.empty());
+
+    // A session's tokens and logits live in its arena, and only the last position's rows
+    // come back to the host (into buffers made with the session).
+    decode::Session session(model, 2);
+    session.prefill({1, 2, 3, 4, 5, 6}, 3);
+    session.generate(2);
+    const std::string in_session = allocations_of([&] {
+      session.generate(3, {.temperature = 0.7, .top_k = 5, .seed = 1});
+      S().fence();
+    });
+    INFO(Case::name << "'s session allocated in generating tokens 3-5:" << in_session);
+    CHECK(in_session.empty());
   };
   check(cases::PhaTiny{});
   check(cases::TransformerCase{});

@@ -39,8 +39,12 @@ class Session {
   using T = typename Model::scalar_type;
   using State = typename Model::State;
   Session(const Model& model, int batch)
-      : thread_check_("hybridseq::decode::Session"), model_(model), batch_(batch), state_(model.make_state(batch)) {
-    if (batch < 1) fail<value_error>("hybridseq::decode::Session", "batch must be >= 1, got ", batch);
+      : thread_check_("hybridseq::decode::Session"),
+        model_(model),
+        batch_(checked_batch(batch)),
+        state_(model.make_state(batch_)),
+        last_rows_("session.last_rows", batch_, model.vocab_size()),
+        last_rows_host_(Kokkos::create_mirror_view(last_rows_)) {
     core::check_parameters_usable(model, "hybridseq::decode::Session");
   }
 
@@ -50,18 +54,20 @@ class Session {
     core::check_library_thread<Space>(api);
     if (len < 1 || tokens.size() != std::size_t(batch_) * len)
       fail<shape_error>(api, "got ", tokens.size(), " tokens for batch ", batch_, " × len ", len);
-    Tensor<std::int32_t**, Space> ids("session.ids", batch_, len);
-    auto h = Kokkos::create_mirror_view(ids);
-    for (int b = 0; b < batch_; ++b)
-      for (int t = 0; t < len; ++t) h(b, t) = tokens[std::size_t(b) * len + t];
-    Kokkos::deep_copy(ids, h);
     const int V = int(model_.vocab_size());
-    Tensor<T***, Space> logits("session.logits", batch_, len, V);
+    core::WorkspaceScope scope(ws_);  // the arena's chunks are reused: a step allocates nothing
+    auto ids = ws_.template allocate<std::int32_t**>("session.ids", batch_, len);
+    auto logits = ws_.template allocate<T***>("session.logits", batch_, len, V);
+    using HostIds = Kokkos::View<const std::int32_t**, Kokkos::LayoutRight, Kokkos::HostSpace,
+                                 Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    Kokkos::deep_copy(ids, HostIds(tokens.data(), batch_, len));
     model_.prefill(ws_, state_, ids, logits);
-    auto lh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, logits);
-    last_.assign(std::size_t(batch_) * V, 0.0);
+    // Only the last position's rows, what sampling reads, come back to the host.
+    Kokkos::deep_copy(last_rows_, Kokkos::subview(logits, Kokkos::ALL, len - 1, Kokkos::ALL));
+    Kokkos::deep_copy(last_rows_host_, last_rows_);
+    last_.resize(std::size_t(batch_) * V);
     for (int b = 0; b < batch_; ++b)
-      for (int v = 0; v < V; ++v) last_[std::size_t(b) * V + v] = double(lh(b, len - 1, v));
+      for (int v = 0; v < V; ++v) last_[std::size_t(b) * V + v] = double(last_rows_host_(b, v));
   }
 
   /// Generates `count` tokens per sequence (B × count, row-major), feeding each back in.
@@ -122,6 +128,11 @@ class Session {
   }
 
  private:
+  static int checked_batch(int batch) {
+    if (batch < 1) fail<value_error>("hybridseq::decode::Session", "batch must be >= 1, got ", batch);
+    return batch;
+  }
+
   std::int32_t pick(int b, const Sampling& s) const {
     const int V = int(model_.vocab_size());
     const double* l = last_.data() + std::size_t(b) * V;
@@ -146,7 +157,9 @@ class Session {
   int batch_;
   State state_;
   core::Workspace<Space> ws_;
-  std::vector<double> last_;
+  Tensor<T**, Space> last_rows_;                          // (B, V): the last position's logits
+  typename Tensor<T**, Space>::HostMirror last_rows_host_;  // the same, on the host (itself on CPUs)
+  std::vector<double> last_;  // empty until the first prefill
 };
 
 }  // namespace hybridseq::decode
