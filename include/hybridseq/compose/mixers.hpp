@@ -41,7 +41,9 @@ template <class T, class Space>
 void dot(const Tensor<T***, Space>& a, const Tensor<const T***, Space>& b, const Kokkos::View<double, Space>& sum) {
   const auto fa = core::flat(a);
   const auto fb = core::flat(b);
-  const auto f = KOKKOS_LAMBDA(std::int64_t i, double& acc) { acc += double(fa(i)) * double(fb(i)); };
+  const auto f = KOKKOS_LAMBDA(std::int64_t i, double& acc) {
+    acc += double(fa(i)) * double(fb(i));
+  };
   if constexpr (core::host_space<Space>) {
     double s = 0;
     core::parallel_sum("hybridseq::compose::mix_grad", Space{}, fa.extent(0), 1, f, s);
@@ -162,7 +164,7 @@ class SoftplusMixer {
  private:
   core::Parameter<T, Space> logits_;  // (N)
   // Scratch of a forward or backward call, kept by the mixer so a step allocates nothing:
-  Tensor<T*, Space> weights_;                   // (N) w_b
+  Tensor<T*, Space> weights_;                  // (N) w_b
   Kokkos::View<double*, Space> weight_grads_;  // (N) ∂L/∂w_b
 };
 

@@ -157,9 +157,9 @@ class Session {
   int batch_;
   State state_;
   core::Workspace<Space> ws_;
-  Tensor<T**, Space> last_rows_;                          // (B, V): the last position's logits
+  Tensor<T**, Space> last_rows_;                            // (B, V): the last position's logits
   typename Tensor<T**, Space>::HostMirror last_rows_host_;  // the same, on the host (itself on CPUs)
-  std::vector<double> last_;  // empty until the first prefill
+  std::vector<double> last_;                                // empty until the first prefill
 };
 
 }  // namespace hybridseq::decode
