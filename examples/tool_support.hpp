@@ -228,7 +228,7 @@ inline int start_kokkos(std::string_view tool, std::optional<Kokkos::ScopeGuard>
     kokkos.emplace(argc, argv);
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %.*s: Kokkos could not start its %s backend: %s\n", int(tool.size()), tool.data(),
+    std::fprintf(stderr, "error: %.*s: Kokkos did not start (execution space %s): %s\n", int(tool.size()), tool.data(),
                  Kokkos::DefaultExecutionSpace::name(), e.what());
     return 4;
   }

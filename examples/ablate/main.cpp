@@ -620,6 +620,12 @@ int main(int argc, char** argv) {
                "print each chosen architecture's module tree and parameter counts, then exit");
   CLI11_PARSE(app, argc, argv);
 
+  if (list)  // before MPI and Kokkos start: listing needs neither (nor a GPU in a CUDA build)
+    return tools::guarded_main("hybridseq-ablate", [] {
+      for (const auto& p : spec::presets())
+        std::printf("%-28s %s\n%28s %s\n", p.name.c_str(), p.description.c_str(), "", p.spec.dump().c_str());
+      return 0;
+    });
   if (c.min_len > c.max_len) {
     std::fprintf(stderr, "--min-len %d is greater than --max-len %d\n", c.min_len, c.max_len);
     return 2;
@@ -628,7 +634,7 @@ int main(int argc, char** argv) {
   // Open MPI and MPICH leave argv as it is, so MPI starts after the arguments are read: a rank
   // that turns into a generated variant's executable must do so before MPI_Init. A variant run
   // as a row of its parent is not an MPI process: it must not join the parent's MPI job.
-  if (const auto [rank, size] = launched_rank_and_size(); !child && !list && ranks_mode == "data-parallel" && size > 1)
+  if (const auto [rank, size] = launched_rank_and_size(); !child && ranks_mode == "data-parallel" && size > 1)
     if (const int rc = tools::guarded_main("hybridseq-ablate", [&] {
           become_data_parallel_variant(
               make_jobs(requests(spec::presets(), arch_args), parse_grid(grid_args), parse_seeds(seeds_list, c.seed)),
@@ -646,11 +652,6 @@ int main(int argc, char** argv) {
   c.stop_requested = tools::stop_requested;
   return tools::guarded_main("hybridseq-ablate", [&] {
     const auto presets = spec::presets();
-    if (list) {
-      for (const auto& p : presets)
-        std::printf("%-28s %s\n%28s %s\n", p.name.c_str(), p.description.c_str(), "", p.spec.dump().c_str());
-      return 0;
-    }
     // Where the results go is checked before training, not after.
     tools::check_output("--json", json_path);
     tools::check_output("--csv", csv_path);

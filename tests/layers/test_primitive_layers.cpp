@@ -80,7 +80,8 @@ HYBRIDSEQ_SPACE_TEST_CASE("column reductions: the per-column device path equals 
   // partial sums the same terms in the same order. Both paths run here, on any space, against
   // each other (to float rounding: a compiler may contract the two loops differently), with
   // 200 rows = 3 full blocks of 64 and a partial one, and 5000 rows = the 64 blocks of 79 rows
-  // (the last 23) that the fixed-size partials allow.
+  // (the last 23) that the fixed-size partials allow; then the bias gradient's whole reduction
+  // against a plain sum.
   using Space = TestType;
   using namespace kernels::detail;
   const std::int64_t rows = GENERATE(200, 5000), cols = 37, blocks = kernels::column_blocks(rows);
@@ -110,6 +111,18 @@ HYBRIDSEQ_SPACE_TEST_CASE("column reductions: the per-column device path equals 
   both([&](auto p) { return BlockColumnSums<float, Space>{dy, p}; }, pair());
   both([&](auto p) { return RmsNormBackwardWeight<float, Space>{x, dy, rstd, p}; }, pair());
   both([&](auto w, auto b) { return LayerNormBackwardParams<float, Space>{x, dy, mean, rstd, w, b}; }, pair(), pair());
+
+  // The whole reduction (partials, then their fixed-order combine) against a plain sum in
+  // double: the blocks cover every row once, whatever their size.
+  Tensor<float*, Space> sums("sums", cols);
+  core::fill(sums, 0.5f);
+  kernels::accumulate_column_sums<float>(Space{}, dy, sums, kernels::column_partials<float, Space>("partials", cols));
+  const auto d = testing::to_vector(dy), got = testing::to_vector(sums);
+  for (std::int64_t j = 0; j < cols; ++j) {
+    double plain = 0.5;
+    for (std::int64_t r = 0; r < rows; ++r) plain += d[r * cols + j];
+    CHECK(got[j] == Approx(plain).epsilon(1e-5).margin(1e-4));
+  }
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("cross-entropy: the team-per-row device path equals the row-per-index host path",
