@@ -69,7 +69,7 @@ if command -v nvcc >/dev/null; then
   # quickstart's attention and float scan kernels keep every value in registers: no spills,
   # no stack frame. (The double scan backward at N = 16 spills a little: not checked.)
   bash scripts/cuda-resources.sh check build-cuda 'hybridseq::kernels::attention::team::' 0
-  bash scripts/cuda-resources.sh check build-cuda 'hybridseq::kernels::team::detail::(Forward|Backward)<[0-9]+, float' 0
+  bash scripts/cuda-resources.sh check build-cuda 'hybridseq::kernels::team::detail::(Forward|Backward)(Checkpoints)?<[0-9]+, float' 0
 else
   echo "hybridseq: nvcc not found: the CUDA configuration was not compiled" >&2
 fi

@@ -169,12 +169,13 @@ struct ScanOut {
 
 /// The scan kernels for Space (Team: the team kernels, which Space's dispatch picks only on devices).
 template <int N, bool Team = false, class T, class Space>
-ScanOut<N, T, Space> kernel_forward(const ScanData<T, Space>& s, Tensor<const T***, Space> h0 = {}) {
+ScanOut<N, T, Space> kernel_forward(const ScanData<T, Space>& s, Tensor<const T***, Space> h0 = {},
+                                    const kernels::team::ScanSplit& split = {}) {
   ScanOut<N, T, Space> o{Tensor<T***, Space>("y", s.b, s.t, s.di), Tensor<T***, Space>("h", s.b, s.di, N),
                          Tensor<T****, Space>("chunks", s.b, kernels::scan_chunks(s.t, s.chunk), s.di, N)};
   if constexpr (Team)
     kernels::team::selective_scan_forward<N, T>(Space{}, s.u, s.dt, s.dt_bias, s.a_log, s.bm(), s.cm(), s.d_skip, h0,
-                                                o.y, o.chunks, o.h_last, s.chunk);
+                                                o.y, o.chunks, o.h_last, s.chunk, split);
   else
     kernels::selective_scan_forward<N, T>(Space{}, s.u, s.dt, s.dt_bias, s.a_log, s.bm(), s.cm(), s.d_skip, h0, o.y,
                                           o.chunks, o.h_last, s.chunk);
@@ -183,16 +184,16 @@ ScanOut<N, T, Space> kernel_forward(const ScanData<T, Space>& s, Tensor<const T*
 }
 
 template <int N, bool Team = false, class T, class Space>
-ScanGrads<T, Space> kernel_backward(const ScanData<T, Space>& s) {
-  const auto fwd = kernel_forward<N, Team>(s);
+ScanGrads<T, Space> kernel_backward(const ScanData<T, Space>& s, const kernels::team::ScanSplit& split = {}) {
+  const auto fwd = kernel_forward<N, Team>(s, {}, split);
   ScanGrads<T, Space> g(s);
   core::Workspace<Space> ws;
   if constexpr (Team) {
     kernels::team::selective_scan_backward<N, T>(Space{}, ws, s.u, s.dt, s.dt_bias, s.a_log, s.bm(), s.cm(), s.d_skip,
                                                  fwd.chunks, s.dy, g.du, g.ddt, g.da_log, g.dbm(N), g.dcm(N), g.dd_skip,
-                                                 g.ddt_bias, s.chunk);
+                                                 g.ddt_bias, s.chunk, split);
     // The size query is exact (layers size their arena with it).
-    CHECK(ws.peak_bytes() == kernels::team::selective_scan_backward_scratch<N, T>(s.b, s.t, s.di, s.chunk));
+    CHECK(ws.peak_bytes() == kernels::team::selective_scan_backward_scratch<N, T>(s.b, s.t, s.di, s.chunk, split));
   } else {
     kernels::selective_scan_backward<N, T>(Space{}, ws, s.u, s.dt, s.dt_bias, s.a_log, s.bm(), s.cm(), s.d_skip,
                                            fwd.chunks, s.dy, g.du, g.ddt, g.da_log, g.dbm(N), g.dcm(N), g.dd_skip,
@@ -442,37 +443,43 @@ HYBRIDSEQ_SPACE_TEST_CASE("selective scan backward matches the oracle and finite
 HYBRIDSEQ_SPACE_TEST_CASE("device scan kernels match the naive oracle", "[mamba][scan][team]") {
   // Beyond the shared shapes: Di over two groups and odd; a chunk longer than the staged block
   // (32 steps), so a chunk is walked in several blocks, T not a multiple of either; chunk = 1.
+  // Each split: a team per sequence and group; split in time, all chunks in one launch and
+  // two chunks per launch (the last launch shorter where the chunk count is odd).
+  using Split = kernels::team::ScanSplit;
+  const std::pair<const char*, Split> splits[] = {
+      {"sequences", {Split::sequences}}, {"time", {Split::time}}, {"time, 2 chunks per launch", {Split::time, 2}}};
   auto check = [&]<int N>(ScanData<float, TestType> s) {
-    DYNAMIC_SECTION(shape_name(s.b, s.t, s.di, N, s.chunk)) {
-      s.randomize();
-      const auto sd = s.template converted<double>();
-      const auto [y_ref, h_ref] = oracle_forward(sd);
-      const auto od = kernel_forward<N, true>(sd);
-      CHECK(scaled_error(testing::to_vector(od.y), y_ref) <= 1e-12);
-      CHECK(scaled_error(testing::to_vector(od.h_last), h_ref) <= 1e-12);
-      // The checkpoints are the host kernel's (checked against oracle prefixes above).
-      CHECK(scaled_error(testing::to_vector(od.chunks), testing::to_vector(kernel_forward<N>(sd).chunks)) <= 1e-12);
-      const auto of = kernel_forward<N, true>(s);
-      CHECK(scaled_error(testing::to_vector(of.y), y_ref) <= 2e-6);
-      CHECK(scaled_error(testing::to_vector(of.h_last), h_ref) <= 2e-6);
+    for (const auto& [split_name, split] : splits)
+      DYNAMIC_SECTION(shape_name(s.b, s.t, s.di, N, s.chunk) << ", " << split_name) {
+        s.randomize();
+        const auto sd = s.template converted<double>();
+        const auto [y_ref, h_ref] = oracle_forward(sd);
+        const auto od = kernel_forward<N, true>(sd, {}, split);
+        CHECK(scaled_error(testing::to_vector(od.y), y_ref) <= 1e-12);
+        CHECK(scaled_error(testing::to_vector(od.h_last), h_ref) <= 1e-12);
+        // The checkpoints are the host kernel's (checked against oracle prefixes above).
+        CHECK(scaled_error(testing::to_vector(od.chunks), testing::to_vector(kernel_forward<N>(sd).chunks)) <= 1e-12);
+        const auto of = kernel_forward<N, true>(s, {}, split);
+        CHECK(scaled_error(testing::to_vector(of.y), y_ref) <= 2e-6);
+        CHECK(scaled_error(testing::to_vector(of.h_last), h_ref) <= 2e-6);
 
-      const auto ref = oracle_backward(sd).all();
-      const auto gd = kernel_backward<N, true>(sd).all();
-      const auto gf = kernel_backward<N, true>(s).all();
-      for (std::size_t i = 0; i < ref.size(); ++i) {
-        const double ed = scaled_error(gd[i].second, ref[i].second);
-        const double ef = scaled_error(gf[i].second, ref[i].second);
-        INFO(ref[i].first << ": double team kernel " << ed << ", float team kernel " << ef);
-        CHECK(ed <= 1e-12);
-        CHECK(ef <= 2e-5);
+        const auto ref = oracle_backward(sd).all();
+        const auto gd = kernel_backward<N, true>(sd, split).all();
+        const auto gf = kernel_backward<N, true>(s, split).all();
+        for (std::size_t i = 0; i < ref.size(); ++i) {
+          const double ed = scaled_error(gd[i].second, ref[i].second);
+          const double ef = scaled_error(gf[i].second, ref[i].second);
+          INFO(ref[i].first << ": double team kernel " << ed << ", float team kernel " << ef);
+          CHECK(ed <= 1e-12);
+          CHECK(ef <= 2e-5);
+        }
+        // Fixed summation orders, no races: the same bits again.
+        const auto again = kernel_backward<N, true>(s, split).all();
+        for (std::size_t i = 0; i < again.size(); ++i) {
+          INFO(again[i].first);
+          CHECK(gf[i].second == again[i].second);
+        }
       }
-      // Fixed summation orders, no races: the same bits again.
-      const auto again = kernel_backward<N, true>(s).all();
-      for (std::size_t i = 0; i < again.size(); ++i) {
-        INFO(again[i].first);
-        CHECK(gf[i].second == again[i].second);
-      }
-    }
   };
   for_each_scan_shape<TestType>(check);
   check.template operator()<16>(ScanData<float, TestType>(2, 100, 67, 16, 40));
@@ -489,14 +496,25 @@ HYBRIDSEQ_SPACE_TEST_CASE("device scan kernel continues from an initial state in
     const auto first = steps_of(s, 0, k), second = steps_of(s, k, s.t);
     Tensor<double***, TestType> h("h", s.b, s.di, N);
     Kokkos::deep_copy(h, kernel_forward<N, true>(first).h_last);
-    Tensor<double***, TestType> y2("y2", s.b, s.t - k, s.di);
-    kernels::team::selective_scan_forward<N, double>(TestType{}, second.u, second.dt, second.dt_bias, second.a_log,
-                                                     second.bm(), second.cm(), second.d_skip, h, y2, {}, h, s.chunk);
-    TestType().fence();
-    Tensor<double***, TestType> y_tail("y_tail", s.b, s.t - k, s.di);
-    Kokkos::deep_copy(y_tail, Kokkos::subview(full.y, Kokkos::ALL, std::make_pair(k, s.t), Kokkos::ALL));
-    CHECK(scaled_error(testing::to_vector(y2), testing::to_vector(y_tail)) <= 1e-13);
-    CHECK(scaled_error(testing::to_vector(h), testing::to_vector(full.h_last)) <= 1e-13);
+    // Without checkpoints (decoding's prefill) and, split in time, with them: its first pass
+    // reads h as h0 and writes it as h_last.
+    for (const auto split : {kernels::team::ScanSplit::sequences, kernels::team::ScanSplit::time}) {
+      Tensor<double***, TestType> h2("h2", s.b, s.di, N);
+      Kokkos::deep_copy(h2, h);
+      Tensor<double***, TestType> y2("y2", s.b, s.t - k, s.di);
+      Tensor<double****, TestType> chunks;
+      if (split == kernels::team::ScanSplit::time)
+        chunks = Tensor<double****, TestType>("chunks", s.b, kernels::scan_chunks(s.t - k, s.chunk), s.di, N);
+      kernels::team::selective_scan_forward<N, double>(TestType{}, second.u, second.dt, second.dt_bias, second.a_log,
+                                                       second.bm(), second.cm(), second.d_skip, h2, y2, chunks, h2,
+                                                       s.chunk, {split});
+      TestType().fence();
+      Tensor<double***, TestType> y_tail("y_tail", s.b, s.t - k, s.di);
+      Kokkos::deep_copy(y_tail, Kokkos::subview(full.y, Kokkos::ALL, std::make_pair(k, s.t), Kokkos::ALL));
+      INFO("split " << int(split));
+      CHECK(scaled_error(testing::to_vector(y2), testing::to_vector(y_tail)) <= 1e-13);
+      CHECK(scaled_error(testing::to_vector(h2), testing::to_vector(full.h_last)) <= 1e-13);
+    }
   }
 }
 

@@ -551,6 +551,8 @@ void check_scan_inputs(const std::string& api, const U& u, const Dt& dt, const B
 ///             then sums. Those sums are the host kernel's per-group partials (B, groups, T,
 ///             2, N), added over groups by ScanReduceGroups in a fixed order; per-channel
 ///             sums (dA_log, dD, ddt_bias) go per sequence to ScanReduceSequences.
+/// Split in time (ScanSplit below), the same teams each take one chunk, after a first pass that
+/// gives them their chunk's start state (forward) or dL/dh at its end (backward).
 /// Every sum has a fixed order: no atomics, the same bits at any team size. Between the
 /// staged blocks a thread keeps its states (and dL/dh, dL/dA) in team scratch, so that a host team
 /// of one thread can run all of its channels in turn; scratch stays within 40 KB.
@@ -569,6 +571,25 @@ constexpr int staged_steps() {
   constexpr std::size_t rows = (budget - states) / (2 * N * sizeof(T));
   return rows > 32 ? 32 : static_cast<int>(rows);
 }
+
+/// How the team kernels divide a scan among teams. `sequences`: a team per (sequence, group
+/// of channels) walks the whole sequence; B·⌈Di/64⌉ teams, a thread per channel. `time`: a
+/// first pass (a thread per sequence, channel and state index) finds every chunk's start state
+/// (forward) or dL/dh at its end (backward), then a team per (sequence, group, chunk) runs the
+/// chunk: ⌈T/L⌉ times the teams for about twice the arithmetic (mamba-ssm splits time
+/// across a block's threads instead). `automatic` splits time when the sequences alone give
+/// fewer than `time_split_teams` teams and there are at least two chunks.
+struct ScanSplit {
+  enum Mode { automatic, sequences, time };
+  Mode mode = automatic;
+  /// Backward split in time: chunks per launch (each holds a trace); 0: enough chunks for
+  /// `time_split_teams` teams.
+  int chunks_per_launch = 0;
+};
+
+/// About 8 teams of 64 threads per SM of an H200: a guess, not yet measured on a GPU. A
+/// backward launch's traces then take about time_split_teams · 64 · L · N values.
+inline constexpr std::int64_t time_split_teams = 1024;
 
 namespace detail {
 
@@ -613,21 +634,29 @@ struct Forward {
   Tensor<T****, Space> h_chunks;            // (B, ⌈T/L⌉, Di, N) or empty
   Tensor<T***, Space> h_last;               // (B, Di, N) or empty; may alias h0
   int chunk, groups;
+  // Split in time: a team per (sequence, group, chunk), starting from the chunk's checkpoint
+  // in `starts` (written by ForwardCheckpoints); h0, h_chunks and h_last are then empty.
+  Tensor<const T****, Space> starts;  // (B, ⌈T/L⌉, Di, N) or empty
+  int spans = 1;                      // teams per (sequence, group): 1, or ⌈T/L⌉ with `starts`
 
   static std::size_t scratch_bytes() { return slice_bytes<T>(channels * N) + 2 * slice_bytes<T>(K * N); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member<Space>& team) const {
-    const int b = team.league_rank() / groups, d0 = team.league_rank() % groups * channels;
+    const int r = team.league_rank(), span = r % spans;
+    const int b = r / spans / groups, d0 = r / spans % groups * channels;
     const int di = static_cast<int>(u.extent(2)), steps = static_cast<int>(u.extent(1));
     const int lanes = di - d0 < channels ? di - d0 : channels;
+    const int t_begin = spans == 1 ? 0 : span * chunk;
+    const int t_end = spans == 1 || steps - t_begin < chunk ? steps : t_begin + chunk;
     T* const hs = scratch<T>(team, channels * N);  // hs[n·channels + j]: state n of channel d0 + j
     T* const bs = scratch<T>(team, K * N);
     T* const cs = scratch<T>(team, K * N);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes), [&](const int j) {
-      for (int n = 0; n < N; ++n) hs[n * channels + j] = h0.data() ? h0(b, d0 + j, n) : T(0);
+      for (int n = 0; n < N; ++n)
+        hs[n * channels + j] = starts.data() ? starts(b, span, d0 + j, n) : h0.data() ? h0(b, d0 + j, n) : T(0);
     });
-    for (int t0 = 0; t0 < steps; t0 += K) {
-      const int len = steps - t0 < K ? steps - t0 : K;
+    for (int t0 = t_begin; t0 < t_end; t0 += K) {
+      const int len = t_end - t0 < K ? t_end - t0 : K;
       team.team_barrier();  // the previous block's rows are read
       stage_rows<N>(team, bm, b, t0, len, bs);
       stage_rows<N>(team, cm, b, t0, len, cs);
@@ -669,6 +698,67 @@ struct Forward {
   }
 };
 
+/// The first pass of a scan split in time: the state at every chunk start (and the final
+/// state), a thread per (sequence, channel, state index) walking the whole sequence with
+/// Forward's arithmetic. It writes no output (y sums over the state index), so its threads
+/// are independent: B·Di·N of them where the sequential split has B·Di.
+template <int N, class T, class Space>
+struct ForwardCheckpoints {
+  using M = ScanMath<T>;
+
+  Tensor<const T***, Space> u, dt;      // (B, T, Di)
+  Tensor<const T*, Space> dt_bias;      // (Di)
+  Tensor<const T**, Space> a_log;       // (Di, N)
+  StridedTensor<const T***, Space> bm;  // (B, T, N)
+  Tensor<const T***, Space> h0;         // (B, Di, N) or empty
+  Tensor<T****, Space> h_chunks;        // (B, ⌈T/L⌉, Di, N)
+  Tensor<T***, Space> h_last;           // (B, Di, N) or empty; may alias h0 (a thread reads its entry first)
+  int chunk;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    const int di = static_cast<int>(u.extent(2)), steps = static_cast<int>(u.extent(1));
+    const int n = static_cast<int>(i % N), d = static_cast<int>(i / N % di), b = static_cast<int>(i / N / di);
+    const T a2 = -M::exp(a_log(d, n)) * T(M::decay_scale), bias = dt_bias(d);
+    T h = h0.data() ? h0(b, d, n) : T(0);
+    for (int t = 0, c = 0; t < steps; ++t) {
+      if (t == c * chunk) h_chunks(b, c++, d, n) = h;
+      const T delta = M::softplus(dt(b, t, d) + bias), dx = delta * u(b, t, d);
+      h = M::decay(delta * a2) * h + dx * bm(b, t, n);
+    }
+    if (h_last.data()) h_last(b, d, n) = h;
+  }
+};
+
+/// The first pass of a backward split in time: dL/dh at the end of every chunk, carried from
+/// the chunks after it, a thread per (sequence, channel, state index) walking the sequence from
+/// its end with Backward's arithmetic: dL/dh_{t−1} = exp(Δ_t A) (dL/dh_t + dy_t C_t).
+template <int N, class T, class Space>
+struct BackwardCheckpoints {
+  using M = ScanMath<T>;
+
+  Tensor<const T***, Space> dt, dy;     // (B, T, Di)
+  Tensor<const T*, Space> dt_bias;      // (Di)
+  Tensor<const T**, Space> a_log;       // (Di, N)
+  StridedTensor<const T***, Space> cm;  // (B, T, N)
+  Tensor<T****, Space> dh_ends;         // (B, ⌈T/L⌉, Di, N)
+  int chunk;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
+    const int di = static_cast<int>(dt.extent(2)), steps = static_cast<int>(dt.extent(1));
+    const int n = static_cast<int>(i % N), d = static_cast<int>(i / N % di), b = static_cast<int>(i / N / di);
+    const T a2 = -M::exp(a_log(d, n)) * T(M::decay_scale), bias = dt_bias(d);
+    T dh = 0;
+    for (int c = static_cast<int>(scan_chunks(steps, chunk)) - 1; c >= 0; --c) {
+      dh_ends(b, c, d, n) = dh;
+      for (int t = steps < (c + 1) * chunk ? steps - 1 : (c + 1) * chunk - 1; t >= c * chunk; --t) {
+        T delta, sig;  // as Backward computes Δ (sig unused)
+        M::softplus_and_sigmoid(dt(b, t, d) + bias, delta, sig);
+        dh = (dh + dy(b, t, d) * cm(b, t, n)) * M::decay(delta * a2);
+      }
+    }
+  }
+};
+
 template <int N, class T, class Space>
 struct Backward {
   static constexpr int K = staged_steps<N, T>();
@@ -680,17 +770,27 @@ struct Backward {
   StridedTensor<const T***, Space> bm, cm;  // (B, T, N)
   Tensor<const T****, Space> h_chunks;      // (B, ⌈T/L⌉, Di, N)
   Tensor<T***, Space> du, ddt;              // (B, T, Di), accumulated
-  Tensor<T***, Space> param_partial;        // (B, Di, N + 2): per sequence dA | dD | ddt_bias
+  Tensor<T***, Space> param_partial;        // (B·spans', Di, N + 2): per team row dA | dD | ddt_bias
   Tensor<T*****, Space> partial;            // (B, groups, T, 2, N): Σ over a group's channels of dB, dC
-  Tensor<T****, Space> trace;               // (B, min(L, T), N, Di): a chunk's states, then its dB terms
+  Tensor<T****, Space> trace;               // (B·spans, min(L, T), N, Di): a chunk's states, then its dB terms
   int chunk, groups;
+  // Split in time: a team per (sequence, group, chunk first + s) for s < spans, starting from
+  // dL/dh at its chunk's end (BackwardCheckpoints); its dA | dD | ddt_bias go to row
+  // b·⌈T/L⌉ + chunk of param_partial. Unsplit (spans 1, dh_ends empty): a team walks every chunk.
+  Tensor<const T****, Space> dh_ends;  // (B, ⌈T/L⌉, Di, N) or empty
+  int spans = 1, first = 0;
 
   static std::size_t scratch_bytes() { return 3 * slice_bytes<T>(channels * N) + 2 * slice_bytes<T>(K * N); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member<Space>& team) const {
-    const int b = team.league_rank() / groups, grp = team.league_rank() % groups, d0 = grp * channels;
+    const int r = team.league_rank(), span = r % spans;
+    const int b = r / spans / groups, grp = r / spans % groups, d0 = grp * channels;
     const int di = static_cast<int>(u.extent(2)), steps = static_cast<int>(u.extent(1));
     const int lanes = di - d0 < channels ? di - d0 : channels;
+    const int chunks = static_cast<int>(scan_chunks(steps, chunk));
+    const bool split = dh_ends.data() != nullptr;
+    const int c_last = split ? first + span : chunks - 1, c_first = split ? c_last : 0;
+    const int prow = split ? b * chunks + c_last : b, trow = b * spans + span;
     T* const hs = scratch<T>(team, channels * N);   // recomputed states, [n·channels + j]
     T* const dhs = scratch<T>(team, channels * N);  // dL/dh carried to earlier steps
     // dL/dA summed over steps: in scratch rather than registers, where 16 double states
@@ -699,10 +799,13 @@ struct Backward {
     T* const bs = scratch<T>(team, K * N);
     T* const cs = scratch<T>(team, K * N);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes), [&](const int j) {
-      for (int n = 0; n < N; ++n) dhs[n * channels + j] = das[n * channels + j] = T(0);
-      param_partial(b, d0 + j, N) = param_partial(b, d0 + j, N + 1) = T(0);
+      for (int n = 0; n < N; ++n) {
+        dhs[n * channels + j] = split ? dh_ends(b, c_last, d0 + j, n) : T(0);
+        das[n * channels + j] = T(0);
+      }
+      param_partial(prow, d0 + j, N) = param_partial(prow, d0 + j, N + 1) = T(0);
     });
-    for (int c = static_cast<int>(scan_chunks(steps, chunk)) - 1; c >= 0; --c) {
+    for (int c = c_last; c >= c_first; --c) {
       const int t0 = c * chunk, len = steps - t0 < chunk ? steps - t0 : chunk;
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes), [&](const int j) {
         for (int n = 0; n < N; ++n) hs[n * channels + j] = h_chunks(b, c, d0 + j, n);
@@ -713,13 +816,13 @@ struct Backward {
         stage_rows<N>(team, bm, b, t0 + k0, kl, bs);
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes),
-                             [&](const int j) { recompute(b, d0 + j, &hs[j], t0, k0, kl, bs); });
+                             [&](const int j) { recompute(b, trow, d0 + j, &hs[j], t0, k0, kl, bs); });
       }
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len * N), [&](const int i) {
         const int s = i / N, n = i % N;
         T acc = 0;
-        for (int j = 0; j < lanes; ++j) acc += dy(b, t0 + s, d0 + j) * trace(b, s, n, d0 + j);
+        for (int j = 0; j < lanes; ++j) acc += dy(b, t0 + s, d0 + j) * trace(trow, s, n, d0 + j);
         partial(b, grp, t0 + s, 1, n) = acc;
       });
       for (int k0 = (len - 1) / K * K; k0 >= 0; k0 -= K) {
@@ -728,27 +831,28 @@ struct Backward {
         stage_rows<N>(team, bm, b, t0 + k0, kl, bs);
         stage_rows<N>(team, cm, b, t0 + k0, kl, cs);
         team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes),
-                             [&](const int j) { reverse(b, c, d0 + j, &dhs[j], &das[j], t0, k0, kl, bs, cs); });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes), [&](const int j) {
+          reverse(b, trow, prow, c, d0 + j, &dhs[j], &das[j], t0, k0, kl, bs, cs);
+        });
       }
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len * N), [&](const int i) {
         const int s = i / N, n = i % N;
         T acc = 0;
-        for (int j = 0; j < lanes; ++j) acc += trace(b, s, n, d0 + j);
+        for (int j = 0; j < lanes; ++j) acc += trace(trow, s, n, d0 + j);
         partial(b, grp, t0 + s, 0, n) = acc;
       });
     }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, lanes), [&](const int j) {
       for (int n = 0; n < N; ++n)  // dA_log = dA ⊙ A
-        param_partial(b, d0 + j, n) = das[n * channels + j] * -M::exp(a_log(d0 + j, n));
+        param_partial(prow, d0 + j, n) = das[n * channels + j] * -M::exp(a_log(d0 + j, n));
     });
   }
 
-  /// Chunk steps k0 .. k0 + kl − 1 (from t0) of channel d: its states into the trace, with
-  /// the arithmetic of Forward.
-  KOKKOS_INLINE_FUNCTION void recompute(const int b, const int d, T* const hs, const int t0, const int k0, const int kl,
-                                        const T* const bs) const {
+  /// Chunk steps k0 .. k0 + kl − 1 (from t0) of channel d of sequence b: its states into trace
+  /// row trow, with the arithmetic of Forward.
+  KOKKOS_INLINE_FUNCTION void recompute(const int b, const int trow, const int d, T* const hs, const int t0,
+                                        const int k0, const int kl, const T* const bs) const {
     T a2[N], h[N];
     for (int n = 0; n < N; ++n) {
       a2[n] = -M::exp(a_log(d, n)) * T(M::decay_scale);
@@ -760,17 +864,18 @@ struct Backward {
       const T delta = M::softplus(dt(b, t, d) + bias), dx = delta * u(b, t, d);
       for (int n = 0; n < N; ++n) {
         h[n] = M::decay(delta * a2[n]) * h[n] + dx * bs[s * N + n];
-        trace(b, k0 + s, n, d) = h[n];
+        trace(trow, k0 + s, n, d) = h[n];
       }
     }
     for (int n = 0; n < N; ++n) hs[n * channels] = h[n];
   }
 
   /// The reverse recurrence over chunk steps k0 + kl − 1 down to k0 of channel d (chunk c);
-  /// dhs[n·channels] carries dL/dh, das[n·channels] dL/dA, param_partial(b, d, N | N + 1)
+  /// dhs[n·channels] carries dL/dh, das[n·channels] dL/dA, param_partial(prow, d, N | N + 1)
   /// the channel's dD and ddt_bias.
-  KOKKOS_INLINE_FUNCTION void reverse(const int b, const int c, const int d, T* const dhs, T* const das, const int t0,
-                                      const int k0, const int kl, const T* const bs, const T* const cs) const {
+  KOKKOS_INLINE_FUNCTION void reverse(const int b, const int trow, const int prow, const int c, const int d,
+                                      T* const dhs, T* const das, const int t0, const int k0, const int kl,
+                                      const T* const bs, const T* const cs) const {
     T anat[N], a2[N], dh[N];
     for (int n = 0; n < N; ++n) {
       anat[n] = -M::exp(a_log(d, n));
@@ -778,7 +883,7 @@ struct Backward {
       dh[n] = dhs[n * channels];
     }
     const T bias = dt_bias(d), dsk = d_skip(d);
-    T dD = param_partial(b, d, N), dbias = param_partial(b, d, N + 1);
+    T dD = param_partial(prow, d, N), dbias = param_partial(prow, d, N + 1);
     for (int s = kl - 1; s >= 0; --s) {
       const int t = t0 + k0 + s, i = k0 + s;
       const T x = u(b, t, d), g = dy(b, t, d);
@@ -789,15 +894,15 @@ struct Backward {
       dD += g * x;
       for (int n = 0; n < N; ++n) {
         const T bn = bs[s * N + n];
-        const T hp = i > 0 ? trace(b, i - 1, n, d) : h_chunks(b, c, d, n);  // h_{t−1}
+        const T hp = i > 0 ? trace(trow, i - 1, n, d) : h_chunks(b, c, d, n);  // h_{t−1}
         const T a = M::decay(delta * a2[n]);
         const T dhv = dh[n] + g * cs[s * N + n];  // dL/dh_t
         const T dexp = dhv * hp * a;              // dL/d(ΔA) through exp
         ddelta += dexp * anat[n] + dhv * x * bn;
         das[n * channels] += dexp * delta;
         dxv += dhv * delta * bn;
-        dh[n] = dhv * a;               // dL/dh_{t−1}
-        trace(b, i, n, d) = dhv * dx;  // the dB_t term; h_t's dC_t term is already summed
+        dh[n] = dhv * a;                  // dL/dh_{t−1}
+        trace(trow, i, n, d) = dhv * dx;  // the dB_t term; h_t's dC_t term is already summed
       }
       const T dv = ddelta * sig;
       du(b, t, d) += dxv;
@@ -805,25 +910,52 @@ struct Backward {
       dbias += dv;
     }
     for (int n = 0; n < N; ++n) dhs[n * channels] = dh[n];
-    param_partial(b, d, N) = dD;
-    param_partial(b, d, N + 1) = dbias;
+    param_partial(prow, d, N) = dD;
+    param_partial(prow, d, N + 1) = dbias;
   }
 };
 
 }  // namespace detail
 
+namespace detail {
+
+/// How a call divides its work: split in time or not, and chunks per backward launch.
+struct SplitPlan {
+  bool time;
+  int wave;
+};
+
+inline SplitPlan plan(const ScanSplit& split, std::int64_t b, std::int64_t t, std::int64_t di, int chunk) {
+  const std::int64_t groups = (di + channels - 1) / channels, chunks = scan_chunks(t, chunk < 1 ? 1 : chunk);
+  const bool time = chunks >= 1 && (split.mode == ScanSplit::time || (split.mode == ScanSplit::automatic &&
+                                                                      chunks > 1 && b * groups < time_split_teams));
+  if (!time) return {false, 1};
+  const std::int64_t wave = split.chunks_per_launch > 0 ? split.chunks_per_launch : time_split_teams / (b * groups);
+  return {true, static_cast<int>(std::clamp<std::int64_t>(wave, 1, chunks))};
+}
+
+}  // namespace detail
+
 /// Workspace of `selective_scan_backward` (the team kernel) for u (b, t, di): the dB/dC
-/// partials per channel group, the per-sequence parameter partials and one chunk's trace.
+/// partials per channel group, the parameter partials (per sequence, or per sequence and
+/// chunk when split in time) and the traces of the chunks walked at once (one per sequence,
+/// or a launch's chunks), and, split in time, dL/dh at every chunk's end.
 template <int N, Scalar T>
-std::size_t selective_scan_backward_scratch(std::int64_t b, std::int64_t t, std::int64_t di, int chunk) {
+std::size_t selective_scan_backward_scratch(std::int64_t b, std::int64_t t, std::int64_t di, int chunk,
+                                            const ScanSplit& split = {}) {
   if (b == 0 || t == 0 || di == 0) return 0;
-  const std::int64_t groups = (di + channels - 1) / channels;
-  return core::padded_bytes<T>(b * groups * t * 2 * N) + core::padded_bytes<T>(b * di * (N + 2)) +
-         core::padded_bytes<T>(b * std::min<std::int64_t>(chunk, t) * N * di);
+  const std::int64_t groups = (di + channels - 1) / channels, chunks = scan_chunks(t, chunk);
+  const auto p = detail::plan(split, b, t, di, chunk);
+  return core::padded_bytes<T>(b * groups * t * 2 * N) +
+         core::padded_bytes<T>((p.time ? b * chunks : b) * di * (N + 2)) +
+         core::padded_bytes<T>(b * p.wave * std::min<std::int64_t>(chunk, t) * N * di) +
+         (p.time ? core::padded_bytes<T>(b * chunks * di * N) : 0);
 }
 
 /// `kernels::selective_scan_forward` as a team kernel: same arguments, contract and results
-/// up to rounding (the host checks its arguments before calling it).
+/// up to rounding (the host checks its arguments before calling it). Split in time (only when
+/// h_chunks is given: the first pass writes the checkpoints there), the scan runs twice: the
+/// checkpoint pass, then a team per chunk from its checkpoint.
 template <int N, Scalar T, ExecutionSpace Space>
 void selective_scan_forward(const Space& exec, TensorArg<const T***, Space> u, TensorArg<const T***, Space> dt,
                             TensorArg<const T*, Space> dt_bias, TensorArg<const T**, Space> a_log,
@@ -831,20 +963,33 @@ void selective_scan_forward(const Space& exec, TensorArg<const T***, Space> u, T
                             std::type_identity_t<StridedTensor<const T***, Space>> cm,
                             TensorArg<const T*, Space> d_skip, TensorArg<const T***, Space> h0,
                             TensorArg<T***, Space> y, TensorArg<T****, Space> h_chunks, TensorArg<T***, Space> h_last,
-                            int chunk = scan_default_chunk) {
-  const std::int64_t b = u.extent(0), di = u.extent(2);
+                            int chunk = scan_default_chunk, const ScanSplit& split = {}) {
+  const std::int64_t b = u.extent(0), t = u.extent(1), di = u.extent(2);
   if (b == 0 || di == 0) return;
+  chunk = chunk < 1 ? 1 : chunk;
   const int groups = static_cast<int>((di + channels - 1) / channels);
   using F = detail::Forward<N, T, Space>;
-  Kokkos::TeamPolicy<Space> policy(exec, b * groups, detail::team_size<Space>());
-  Kokkos::parallel_for(
-      "hybridseq::kernels::selective_scan::forward[team]",
-      policy.set_scratch_size(0, Kokkos::PerTeam(F::scratch_bytes())),
-      F{u, dt, dt_bias, d_skip, a_log, bm, cm, h0, y, h_chunks, h_last, chunk < 1 ? 1 : chunk, groups});
+  F f{u, dt, dt_bias, d_skip, a_log, bm, cm, h0, y, h_chunks, h_last, chunk, groups, {}, 1};
+  if (h_chunks.data() && detail::plan(split, b, t, di, chunk).time) {
+    Kokkos::parallel_for(
+        "hybridseq::kernels::selective_scan::forward_checkpoints[team]",
+        Kokkos::RangePolicy<Space>(exec, 0, b * di * N),
+        detail::ForwardCheckpoints<N, T, Space>{u, dt, dt_bias, a_log, bm, h0, h_chunks, h_last, chunk});
+    f.h0 = {};
+    f.h_chunks = {};
+    f.h_last = {};
+    f.starts = h_chunks;
+    f.spans = static_cast<int>(scan_chunks(t, chunk));
+  }
+  Kokkos::TeamPolicy<Space> policy(exec, b * groups * f.spans, detail::team_size<Space>());
+  Kokkos::parallel_for("hybridseq::kernels::selective_scan::forward[team]",
+                       policy.set_scratch_size(0, Kokkos::PerTeam(F::scratch_bytes())), f);
 }
 
 /// `kernels::selective_scan_backward` as a team kernel; its workspace is
-/// `team::selective_scan_backward_scratch`.
+/// `team::selective_scan_backward_scratch`. Split in time: a first pass carries dL/dh from
+/// the sequence's end to every chunk's end, then the chunks run as teams of their own, a
+/// launch at a time (`ScanSplit::chunks_per_launch`), each with its trace.
 template <int N, Scalar T, ExecutionSpace Space>
 void selective_scan_backward(const Space& exec, core::Workspace<Space>& ws, TensorArg<const T***, Space> u,
                              TensorArg<const T***, Space> dt, TensorArg<const T*, Space> dt_bias,
@@ -855,20 +1000,38 @@ void selective_scan_backward(const Space& exec, core::Workspace<Space>& ws, Tens
                              TensorArg<const T***, Space> dy, TensorArg<T***, Space> du, TensorArg<T***, Space> ddt,
                              TensorArg<T**, Space> da_log, std::type_identity_t<StridedTensor<T***, Space>> dbm,
                              std::type_identity_t<StridedTensor<T***, Space>> dcm, TensorArg<T*, Space> dd_skip,
-                             TensorArg<T*, Space> ddt_bias, int chunk = scan_default_chunk) {
+                             TensorArg<T*, Space> ddt_bias, int chunk = scan_default_chunk,
+                             const ScanSplit& split = {}) {
   const std::int64_t b = u.extent(0), t = u.extent(1), di = u.extent(2);
   if (b == 0 || t == 0 || di == 0) return;
   const int groups = static_cast<int>((di + channels - 1) / channels);
+  const auto chunks = static_cast<int>(scan_chunks(t, chunk));
+  const auto p = detail::plan(split, b, t, di, chunk);
   core::WorkspaceScope<Space> scope(ws);
   auto partial = ws.template allocate<T*****>("selective_scan.partial", b, groups, t, 2, N);
-  auto param_partial = ws.template allocate<T***>("selective_scan.param_partial", b, di, N + 2);
-  auto trace = ws.template allocate<T****>("selective_scan.trace", b, std::min<std::int64_t>(chunk, t), N, di);
+  auto param_partial = ws.template allocate<T***>("selective_scan.param_partial", p.time ? b * chunks : b, di, N + 2);
+  auto trace = ws.template allocate<T****>("selective_scan.trace", b * p.wave, std::min<std::int64_t>(chunk, t), N, di);
   using F = detail::Backward<N, T, Space>;
-  Kokkos::TeamPolicy<Space> policy(exec, b * groups, detail::team_size<Space>());
-  Kokkos::parallel_for(
-      "hybridseq::kernels::selective_scan::backward[team]",
-      policy.set_scratch_size(0, Kokkos::PerTeam(F::scratch_bytes())),
-      F{u, dt, dy, dt_bias, d_skip, a_log, bm, cm, h_chunks, du, ddt, param_partial, partial, trace, chunk, groups});
+  F f{u,       dt,    dy,    dt_bias, d_skip, a_log, bm, cm, h_chunks, du, ddt, param_partial,
+      partial, trace, chunk, groups,  {},     1,     0};
+  const auto launch = [&] {
+    Kokkos::TeamPolicy<Space> policy(exec, b * groups * f.spans, detail::team_size<Space>());
+    Kokkos::parallel_for("hybridseq::kernels::selective_scan::backward[team]",
+                         policy.set_scratch_size(0, Kokkos::PerTeam(F::scratch_bytes())), f);
+  };
+  if (!p.time) {
+    launch();
+  } else {
+    auto dh_ends = ws.template allocate<T****>("selective_scan.dh_ends", b, chunks, di, N);
+    Kokkos::parallel_for("hybridseq::kernels::selective_scan::backward_checkpoints[team]",
+                         Kokkos::RangePolicy<Space>(exec, 0, b * di * N),
+                         detail::BackwardCheckpoints<N, T, Space>{dt, dy, dt_bias, a_log, cm, dh_ends, chunk});
+    f.dh_ends = dh_ends;
+    for (f.first = 0; f.first < chunks; f.first += p.wave) {
+      f.spans = std::min(p.wave, chunks - f.first);
+      launch();
+    }
+  }
   Kokkos::parallel_for("hybridseq::kernels::selective_scan::reduce_groups", Kokkos::RangePolicy<Space>(exec, 0, b * t),
                        kernels::detail::ScanReduceGroups<T, Space>{partial, dbm, dcm});
   Kokkos::parallel_for("hybridseq::kernels::selective_scan::reduce_sequences", Kokkos::RangePolicy<Space>(exec, 0, di),
