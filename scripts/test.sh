@@ -62,12 +62,14 @@ if command -v nvcc >/dev/null; then
   cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos_cuda" -DHYBRIDSEQ_CUDA=ON \
     -DHYBRIDSEQ_CHECK_NCCL=$nccl >/dev/null
   # A hybrid model's training step (its norms, activations, GEMMs, attention and scan
-  # kernels), Trainer and decoding session on Kokkos::Cuda (quickstart), and the trainer over
-  # the NCCL backend (nccl_check). The test families compile too (cmake --build build-cuda), but
-  # under nvcc each takes longer than CI's budget allows (models alone ~18 minutes on 2 cores).
-  cmake --build build-cuda -j "$jobs" --target hybridseq_cuda_ci  # quickstart nccl_check
-  # quickstart's attention and float scan kernels keep every value in registers: no spills,
-  # no stack frame. (The double scan backward at N = 16 spills a little: not checked.)
+  # kernels), Trainer and decoding session on Kokkos::Cuda (quickstart), the trainer over the
+  # NCCL backend (nccl_check), and the scan's and the norms' test families (test_mamba,
+  # test_layers). The other families compile too (cmake --build build-cuda), but under nvcc
+  # they take longer than CI's budget allows (models alone ~18 minutes on 2 cores).
+  cmake --build build-cuda -j "$jobs" --target hybridseq_cuda_ci
+  # The attention and float scan kernels of quickstart and test_mamba keep every value in
+  # registers: no spills, no stack frame. (The double scan backward at N = 16 spills a little:
+  # not checked.)
   bash scripts/cuda-resources.sh check build-cuda 'hybridseq::kernels::attention::team::' 0
   bash scripts/cuda-resources.sh check build-cuda 'hybridseq::kernels::team::detail::(Forward|Backward)(Checkpoints)?<[0-9]+, float' 0
 else
