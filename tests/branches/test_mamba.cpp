@@ -444,10 +444,13 @@ HYBRIDSEQ_SPACE_TEST_CASE("device scan kernels match the naive oracle", "[mamba]
   // Beyond the shared shapes: Di over two groups and odd; a chunk longer than the staged block
   // (32 steps), so a chunk is walked in several blocks, T not a multiple of either; chunk = 1.
   // Each split: a team per sequence and group; split in time, all chunks in one launch and
-  // two chunks per launch (the last launch shorter where the chunk count is odd).
+  // two chunks per launch (the last launch shorter where the chunk count is odd); the default
+  // choice (its workspace query included).
   using Split = kernels::team::ScanSplit;
-  const std::pair<const char*, Split> splits[] = {
-      {"sequences", {Split::sequences}}, {"time", {Split::time}}, {"time, 2 chunks per launch", {Split::time, 2}}};
+  const std::pair<const char*, Split> splits[] = {{"sequences", {Split::sequences}},
+                                                  {"time", {Split::time}},
+                                                  {"time, 2 chunks per launch", {Split::time, 2}},
+                                                  {"automatic", {}}};
   auto check = [&]<int N>(ScanData<float, TestType> s) {
     for (const auto& [split_name, split] : splits)
       DYNAMIC_SECTION(shape_name(s.b, s.t, s.di, N, s.chunk) << ", " << split_name) {
@@ -496,14 +499,16 @@ HYBRIDSEQ_SPACE_TEST_CASE("device scan kernel continues from an initial state in
     const auto first = steps_of(s, 0, k), second = steps_of(s, k, s.t);
     Tensor<double***, TestType> h("h", s.b, s.di, N);
     Kokkos::deep_copy(h, kernel_forward<N, true>(first).h_last);
-    // Without checkpoints (decoding's prefill) and, split in time, with them: its first pass
-    // reads h as h0 and writes it as h_last.
-    for (const auto split : {kernels::team::ScanSplit::sequences, kernels::team::ScanSplit::time}) {
+    // Without checkpoints (decoding's prefill), where a split in time falls back to the
+    // sequences, and split in time with them: its first pass reads h as h0 and writes it as h_last.
+    for (const auto& [split, with_chunks] :
+         {std::pair{kernels::team::ScanSplit::sequences, false}, std::pair{kernels::team::ScanSplit::time, false},
+          std::pair{kernels::team::ScanSplit::time, true}}) {
       Tensor<double***, TestType> h2("h2", s.b, s.di, N);
       Kokkos::deep_copy(h2, h);
       Tensor<double***, TestType> y2("y2", s.b, s.t - k, s.di);
       Tensor<double****, TestType> chunks;
-      if (split == kernels::team::ScanSplit::time)
+      if (with_chunks)
         chunks = Tensor<double****, TestType>("chunks", s.b, kernels::scan_chunks(s.t - k, s.chunk), s.di, N);
       kernels::team::selective_scan_forward<N, double>(TestType{}, second.u, second.dt, second.dt_bias, second.a_log,
                                                        second.bm(), second.cm(), second.d_skip, h2, y2, chunks, h2,
@@ -511,7 +516,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("device scan kernel continues from an initial state in
       TestType().fence();
       Tensor<double***, TestType> y_tail("y_tail", s.b, s.t - k, s.di);
       Kokkos::deep_copy(y_tail, Kokkos::subview(full.y, Kokkos::ALL, std::make_pair(k, s.t), Kokkos::ALL));
-      INFO("split " << int(split));
+      INFO("split " << int(split) << (with_chunks ? " with checkpoints" : " without checkpoints"));
       CHECK(scaled_error(testing::to_vector(y2), testing::to_vector(y_tail)) <= 1e-13);
       CHECK(scaled_error(testing::to_vector(h2), testing::to_vector(full.h_last)) <= 1e-13);
     }

@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdint>
 #include <string_view>
-#include <vector>
 
 #include "../core/parallel.hpp"
 #include "../core/parameter.hpp"
@@ -49,7 +48,8 @@ void dot(const Tensor<T***, Space>& a, const Tensor<const T***, Space>& b, const
     core::parallel_sum("hybridseq::compose::mix_grad", Space{}, fa.extent(0), 1, f, s);
     sum() = s;
   } else {
-    Kokkos::parallel_reduce("hybridseq::compose::mix_grad", Kokkos::RangePolicy<Space>(0, fa.extent(0)), f, sum);
+    Kokkos::parallel_reduce("hybridseq::compose::mix_grad", Kokkos::RangePolicy<Space>(Space{}, 0, fa.extent(0)), f,
+                            sum);
   }
 }
 
@@ -71,7 +71,7 @@ KOKKOS_INLINE_FUNCTION double sigmoid(double p) {
 }
 
 /// w_b = softplus(p_b) (/ Σ softplus(p)), in double, rounded to T once.
-template <bool Normalised, class T, class P>
+template <bool Normalised, class P>
 KOKKOS_INLINE_FUNCTION double softplus_weight(const P& p, int b) {
   if constexpr (!Normalised) {
     return softplus(double(p(b)));
@@ -87,7 +87,7 @@ template <bool Normalised, class T, class Space>
 void softplus_weights(const Tensor<const T*, Space>& p, const Tensor<T*, Space>& w) {
   core::parallel_for(
       "hybridseq::compose::mix_weights", Space{}, w.extent(0), 1,
-      KOKKOS_LAMBDA(std::int64_t b) { w(b) = T(softplus_weight<Normalised, T>(p, int(b))); });
+      KOKKOS_LAMBDA(std::int64_t b) { w(b) = T(softplus_weight<Normalised>(p, int(b))); });
 }
 
 /// dp_b += ∂L/∂p_b from g_b = ∂L/∂w_b = Σ dy ⊙ h_b:
@@ -137,7 +137,7 @@ class SoftplusMixer {
     const HostScalars p(values.data(), N);
     Kokkos::deep_copy(p, logits_.value());
     std::array<double, N> w;
-    for (int b = 0; b < N; ++b) w[b] = detail::softplus_weight<Normalised, T>(p, b);
+    for (int b = 0; b < N; ++b) w[b] = detail::softplus_weight<Normalised>(p, b);
     return w;
   }
 

@@ -43,6 +43,8 @@ class Session {
         model_(model),
         batch_(checked_batch(batch)),
         state_(model.make_state(batch_)),
+        step_ids_("session.step_ids", batch_, 1),
+        step_logits_("session.step_logits", batch_, 1, model.vocab_size()),
         last_rows_("session.last_rows", batch_, model.vocab_size()),
         last_rows_host_(Kokkos::create_mirror_view(last_rows_)) {
     core::check_parameters_usable(model, "hybridseq::decode::Session");
@@ -55,9 +57,11 @@ class Session {
     if (len < 1 || tokens.size() != std::size_t(batch_) * len)
       fail<shape_error>(api, "got ", tokens.size(), " tokens for batch ", batch_, " × len ", len);
     const int V = int(model_.vocab_size());
-    core::WorkspaceScope scope(ws_);  // the arena's chunks are reused: a step allocates nothing
-    auto ids = ws_.template allocate<std::int32_t**>("session.ids", batch_, len);
-    auto logits = ws_.template allocate<T***>("session.logits", batch_, len, V);
+    // A generated token's ids and logits go to buffers made with the session (no allocation
+    // per token); a prompt's (B × len × V logits) are freed when prefill returns, not kept.
+    const bool one = len == 1;
+    const auto ids = one ? step_ids_ : Tensor<std::int32_t**, Space>("session.ids", batch_, len);
+    const auto logits = one ? step_logits_ : Tensor<T***, Space>("session.logits", batch_, len, V);
     using HostIds = Kokkos::View<const std::int32_t**, Kokkos::LayoutRight, Kokkos::HostSpace,
                                  Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     Kokkos::deep_copy(ids, HostIds(tokens.data(), batch_, len));
@@ -157,6 +161,8 @@ class Session {
   int batch_;
   State state_;
   core::Workspace<Space> ws_;
+  Tensor<std::int32_t**, Space> step_ids_;                  // (B, 1): a generated token's input
+  Tensor<T***, Space> step_logits_;                         // (B, 1, V): its logits
   Tensor<T**, Space> last_rows_;                            // (B, V): the last position's logits
   typename Tensor<T**, Space>::HostMirror last_rows_host_;  // the same, on the host (itself on CPUs)
   std::vector<double> last_;                                // empty until the first prefill

@@ -944,6 +944,7 @@ template <int N, Scalar T>
 std::size_t selective_scan_backward_scratch(std::int64_t b, std::int64_t t, std::int64_t di, int chunk,
                                             const ScanSplit& split = {}) {
   if (b == 0 || t == 0 || di == 0) return 0;
+  chunk = chunk < 1 ? 1 : chunk;  // as the kernels read it (the public entry points refuse it)
   const std::int64_t groups = (di + channels - 1) / channels, chunks = scan_chunks(t, chunk);
   const auto p = detail::plan(split, b, t, di, chunk);
   return core::padded_bytes<T>(b * groups * t * 2 * N) +
@@ -972,8 +973,7 @@ void selective_scan_forward(const Space& exec, TensorArg<const T***, Space> u, T
   F f{u, dt, dt_bias, d_skip, a_log, bm, cm, h0, y, h_chunks, h_last, chunk, groups, {}, 1};
   if (h_chunks.data() && detail::plan(split, b, t, di, chunk).time) {
     Kokkos::parallel_for(
-        "hybridseq::kernels::selective_scan::forward_checkpoints[team]",
-        Kokkos::RangePolicy<Space>(exec, 0, b * di * N),
+        "hybridseq::kernels::selective_scan::forward_checkpoints", Kokkos::RangePolicy<Space>(exec, 0, b * di * N),
         detail::ForwardCheckpoints<N, T, Space>{u, dt, dt_bias, a_log, bm, h0, h_chunks, h_last, chunk});
     f.h0 = {};
     f.h_chunks = {};
@@ -1004,6 +1004,7 @@ void selective_scan_backward(const Space& exec, core::Workspace<Space>& ws, Tens
                              const ScanSplit& split = {}) {
   const std::int64_t b = u.extent(0), t = u.extent(1), di = u.extent(2);
   if (b == 0 || t == 0 || di == 0) return;
+  chunk = chunk < 1 ? 1 : chunk;
   const int groups = static_cast<int>((di + channels - 1) / channels);
   const auto chunks = static_cast<int>(scan_chunks(t, chunk));
   const auto p = detail::plan(split, b, t, di, chunk);
@@ -1023,7 +1024,7 @@ void selective_scan_backward(const Space& exec, core::Workspace<Space>& ws, Tens
     launch();
   } else {
     auto dh_ends = ws.template allocate<T****>("selective_scan.dh_ends", b, chunks, di, N);
-    Kokkos::parallel_for("hybridseq::kernels::selective_scan::backward_checkpoints[team]",
+    Kokkos::parallel_for("hybridseq::kernels::selective_scan::backward_checkpoints",
                          Kokkos::RangePolicy<Space>(exec, 0, b * di * N),
                          detail::BackwardCheckpoints<N, T, Space>{dt, dy, dt_bias, a_log, cm, dh_ends, chunk});
     f.dh_ends = dh_ends;
