@@ -14,4 +14,5 @@
 #include "kernels/gemm.hpp"
 #include "kernels/norms.hpp"
 #include "kernels/rope.hpp"
+#include "kernels/sampling.hpp"
 #include "kernels/selective_scan.hpp"

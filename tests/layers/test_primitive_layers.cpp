@@ -10,6 +10,7 @@
 #include <hybridseq/kernels/activations.hpp>
 #include <hybridseq/kernels/cross_entropy.hpp>
 #include <hybridseq/kernels/norms.hpp>
+#include <hybridseq/kernels/sampling.hpp>
 
 #include "cases/primitive_cases.hpp"
 #include "support/spaces.hpp"
@@ -142,10 +143,11 @@ HYBRIDSEQ_SPACE_TEST_CASE("cross-entropy: the team-per-row device path equals th
       Kokkos::RangePolicy<Space>(0, rows),
       KOKKOS_LAMBDA(const std::int64_t r) { targets(r) = r % 5 == 3 ? ignore : std::int32_t((r * 389) % v); });
   Tensor<float*, Space> lse_rows("lse_rows", rows), lse_team("lse_team", rows);
+  Tensor<float*, Space> nll_rows("nll_rows", rows), nll_team("nll_team", rows);
   Kokkos::parallel_for(Kokkos::RangePolicy<Space>(0, rows),
-                       CrossEntropyLse<float, Space>{logits, targets, lse_rows, 0, ignore});
+                       CrossEntropyLse<float, Space>{logits, targets, lse_rows, nll_rows, 0, ignore});
   Kokkos::parallel_for(Kokkos::TeamPolicy<Space, TeamPerRow>(rows, Kokkos::AUTO),
-                       CrossEntropyLse<float, Space>{logits, targets, lse_team, 0, ignore});
+                       CrossEntropyLse<float, Space>{logits, targets, lse_team, nll_team, 0, ignore});
   Tensor<float**, Space> d_rows("d_rows", rows, v), d_elements("d_elements", rows, v);
   Kokkos::deep_copy(d_rows, logits);
   Kokkos::deep_copy(d_elements, logits);
@@ -156,11 +158,14 @@ HYBRIDSEQ_SPACE_TEST_CASE("cross-entropy: the team-per-row device path equals th
                        EachPart<CrossEntropyGrad<float, Space>>{{d_elements, targets, lse_rows, 0, ignore, scale}, v});
   Space().fence();
   const auto a = testing::to_vector(lse_rows), b = testing::to_vector(lse_team);
+  const auto na = testing::to_vector(nll_rows), nb = testing::to_vector(nll_team);
   const auto lg = testing::to_vector(logits);
   for (std::int64_t r = 0; r < rows; ++r) {
     if (r % 5 == 3) {
       CHECK(a[r] == 0);
       CHECK(b[r] == 0);
+      CHECK(na[r] == 0);
+      CHECK(nb[r] == 0);
       continue;
     }
     double m = lg[r * v], s = 0;  // the oracle, in double
@@ -168,6 +173,9 @@ HYBRIDSEQ_SPACE_TEST_CASE("cross-entropy: the team-per-row device path equals th
     for (std::int64_t j = 0; j < v; ++j) s += std::exp(lg[r * v + j] - m);
     CHECK(a[r] == Approx(m + std::log(s)).epsilon(1e-6));
     CHECK(b[r] == Approx(m + std::log(s)).epsilon(1e-6));
+    const double nll = m + std::log(s) - lg[r * v + (r * 389) % v];
+    CHECK(na[r] == Approx(nll).epsilon(1e-5));
+    CHECK(nb[r] == Approx(nll).epsilon(1e-5));
   }
   const auto dr = testing::to_vector(d_rows), de = testing::to_vector(d_elements);
   double row_sum = 0;  // Σⱼ dlogits = scale · (Σ softmax − 1) = 0 on every kept row
@@ -179,4 +187,106 @@ HYBRIDSEQ_SPACE_TEST_CASE("cross-entropy: the team-per-row device path equals th
       row_sum = 0;
     }
   }
+}
+
+namespace {
+// The sampling oracle, in plain loops: the k best by (logit descending, index ascending), then
+// the walk in index order over exp((l − max)/temperature), as kernels/sampling.hpp defines it.
+std::int32_t sample_oracle(const std::vector<double>& row, const kernels::SampleParams& p, std::int64_t b) {
+  const auto v = std::int64_t(row.size());
+  const double top = *std::max_element(row.begin(), row.end());
+  if (p.temperature == 0) return std::int32_t(std::find(row.begin(), row.end(), top) - row.begin());
+  std::vector<std::int64_t> order(v);
+  for (std::int64_t j = 0; j < v; ++j) order[j] = j;
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t c) { return row[a] > row[c]; });
+  const std::int64_t k = p.top_k > 0 && p.top_k < v ? p.top_k : v;
+  std::vector<bool> in(v, false);
+  for (std::int64_t i = 0; i < k; ++i) in[order[i]] = true;
+  std::vector<double> w(v, 0.0);
+  double total = 0;
+  for (std::int64_t j = 0; j < v; ++j) total += (w[j] = in[j] ? std::exp((row[j] - top) / p.temperature) : 0.0);
+  const double u = core::CounterRng(p.seed, std::uint64_t(b)).uniform(p.position) * total;
+  double before = 0;
+  std::int64_t last = 0;
+  for (std::int64_t j = 0; j < v; ++j) {
+    if (!in[j]) continue;
+    if (before < u && before + w[j] >= u) return std::int32_t(j);
+    before += w[j];
+    last = j;
+  }
+  return std::int32_t(last);
+}
+}  // namespace
+
+HYBRIDSEQ_SPACE_TEST_CASE("sampling: the row and team kernels pick the oracle's token, at the softmax's frequencies",
+                          "[layers][kernels][sampling]") {
+  using Space = TestType;
+  // 1. Random rows (V = 300, logits quantised to 1/4 so that many are tied, also at the top-k
+  // boundary) against the oracle at several temperatures, k and positions: sample_tokens (a row
+  // per index on host spaces, a team per row on devices) and the team kernel launched here.
+  const std::int64_t rows = 64, v = 300;
+  Tensor<float**, Space> logits("logits", rows, v);
+  core::fill(Space{}, core::flat(logits), core::Init::normal(2.0), 3, 1);
+  auto rounded = testing::to_vector(logits);
+  for (auto& x : rounded) x = std::round(x * 4) / 4;
+  testing::from_vector(logits, rounded);
+  Tensor<std::int32_t*, Space> out("out", rows), out_team("out_team", rows);
+  std::int64_t checked = 0;
+  for (const double temperature : {0.0, 0.3, 1.0, 2.5})
+    for (const std::int64_t k :
+         {std::int64_t(0), std::int64_t(1), std::int64_t(7), std::int64_t(299), std::int64_t(300), std::int64_t(1000)})
+      for (const std::uint64_t position : {0u, 5u, 77u}) {
+        const kernels::SampleParams p{.temperature = temperature, .top_k = k, .seed = 11, .position = position};
+        kernels::sample_tokens<float>(Space{}, logits, p, out);
+        Kokkos::parallel_for(Kokkos::TeamPolicy<Space>(rows, Kokkos::AUTO),
+                             kernels::detail::SampleRows<float, Space>{logits, out_team, p});
+        const auto got = testing::to_vector(out), got_team = testing::to_vector(out_team);
+        for (std::int64_t b = 0; b < rows; ++b) {
+          const std::vector<double> row(rounded.begin() + b * v, rounded.begin() + (b + 1) * v);
+          INFO("row " << b << ", temperature " << temperature << ", k " << k << ", position " << position);
+          const std::int32_t want = sample_oracle(row, p, b);
+          CHECK(std::int32_t(got[b]) == want);
+          CHECK(std::int32_t(got_team[b]) == want);
+          ++checked;
+        }
+      }
+  CHECK(checked == 4 * 6 * 3 * rows);
+
+  // 2. The frequencies over 40 000 draws (one per row, each row its own stream) of one row with
+  // ties at the top-4 boundary: logit 2 at indices 2, 5 and 7, so index 7 is left out.
+  const std::vector<double> one{1, 3, 2, 3, 0.5, 2, -1, 2};
+  const std::int64_t draws = 40000, n = std::int64_t(one.size());
+  Tensor<float**, Space> same("same", draws, n);
+  std::vector<double> tiled;
+  for (std::int64_t b = 0; b < draws; ++b) tiled.insert(tiled.end(), one.begin(), one.end());
+  testing::from_vector(same, tiled);
+  Tensor<std::int32_t*, Space> picks("picks", draws);
+  const double temperature = 0.8;
+  kernels::sample_tokens<float>(Space{}, same, {.temperature = temperature, .top_k = 4, .seed = 5, .position = 9},
+                                picks);
+  std::vector<double> count(n, 0.0);
+  for (const double t : testing::to_vector(picks)) count[std::size_t(t)] += 1;
+  const std::vector<int> kept{1, 3, 2, 5};
+  double z = 0;
+  for (const int j : kept) z += std::exp((one[j] - 3) / temperature);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const bool is_kept = std::find(kept.begin(), kept.end(), j) != kept.end();
+    const double want = is_kept ? std::exp((one[j] - 3) / temperature) / z : 0.0;
+    const double sigma = std::sqrt(want * (1 - want) / double(draws));
+    INFO("token " << j << ": " << count[j] << " of " << draws << ", probability " << want);
+    CHECK(std::abs(count[j] / double(draws) - want) <= 5 * sigma);
+    if (!is_kept) CHECK(count[j] == 0);
+  }
+
+  // 3. Greedy takes the first of equal maxima; bad calls are refused.
+  Tensor<float**, Space> tied("tied", 3, n);
+  testing::from_vector(tied, std::vector<double>(tiled.begin(), tiled.begin() + 3 * n));
+  Tensor<std::int32_t*, Space> greedy("greedy", 3);
+  kernels::sample_tokens<float>(Space{}, tied, {}, greedy);
+  for (const double t : testing::to_vector(greedy)) CHECK(t == 1);
+  CHECK_THROWS_WITH(kernels::sample_tokens<float>(Space{}, logits, {}, picks),
+                    Catch::Contains("hybridseq::kernels::sample_tokens") && Catch::Contains("out (40000)"));
+  CHECK_THROWS_WITH(kernels::sample_tokens<float>(Space{}, logits, {.temperature = -1}, out),
+                    Catch::Contains("got -1, 0"));
+  CHECK_THROWS_AS(kernels::sample_tokens<float>(Space{}, logits, {.temperature = 1, .top_k = -2}, out), value_error);
 }

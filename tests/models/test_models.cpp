@@ -314,17 +314,22 @@ HYBRIDSEQ_SPACE_TEST_CASE(
     INFO(Case::name << " allocated in decoding tokens 4-6:" << in_decoding);
     CHECK(in_decoding.empty());
 
-    // A session's tokens and logits live in its arena, and only the last position's rows
-    // come back to the host (into buffers made with the session).
+    // A session's generated tokens and their logits go to buffers made with the session, and
+    // sampling runs where the logits are: only the B sampled ids come back to the host.
     decode::Session session(model, 2);
     session.prefill({1, 2, 3, 4, 5, 6}, 3);
     session.generate(2);
-    const std::string in_session = recorded_in(Recorded::allocations, [&] {
+    const auto generate = [&] {
       session.generate(3, {.temperature = 0.7, .top_k = 5, .seed = 1});
       S().fence();
-    });
+    };
+    const std::string in_session = recorded_in(Recorded::allocations, generate);
     INFO(Case::name << "'s session allocated in generating tokens 3-5:" << in_session);
     CHECK(in_session.empty());
+    const std::string session_copies = recorded_in(Recorded::space_copies, generate);
+    INFO(Case::name << "'s session copied between memory spaces in generating tokens 6-8:" << session_copies);
+    CHECK(session_copies.find("logits") == std::string::npos);
+    CHECK(session_copies.find("last_rows") == std::string::npos);
   };
   check(cases::PhaTiny{});
   check(cases::TransformerCase{});

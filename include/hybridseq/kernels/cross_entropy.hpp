@@ -24,22 +24,26 @@ namespace detail {
 /// Work tag of the team-per-row launch.
 struct TeamPerRow {};
 
-/// Each row's log-sum-exp, lse(begin + r) = log Σⱼ exp(logits(r, j)) (0 for an ignored row).
-/// Host spaces run a row per index (`operator()`, the exps inlined polynomials); devices run
-/// a team per row (`operator()(TeamPerRow, member)`): a row of a large vocabulary (V = 32 768
-/// in the device bench) is too long a loop for one GPU thread. Both take the maximum first and
-/// sum exp(logit − max) after, the team in its own order.
+/// Each row's log-sum-exp, lse(begin + r) = log Σⱼ exp(logits(r, j)), and its loss,
+/// nll(begin + r) = lse − logit of the target (both 0 for an ignored row; the loss 0 for a
+/// target outside [0, V), which the final pass counts). Host spaces run a row per index
+/// (`operator()`, the exps inlined polynomials); devices run a team per row
+/// (`operator()(TeamPerRow, member)`): a row of a large vocabulary (V = 32 768 in the device
+/// bench) is too long a loop for one GPU thread. Both take the maximum first and sum
+/// exp(logit − max) after, the team in its own order.
 template <class T, class Space>
 struct CrossEntropyLse {
   Tensor<const T**, Space> logits;             // (C, V) for rows [begin, begin + C)
   Tensor<const std::int32_t*, Space> targets;  // (N)
   Tensor<T*, Space> lse;                       // (N)
+  Tensor<T*, Space> nll;                       // (N)
   std::int64_t begin;
   std::int32_t ignore_index;
 
   KOKKOS_FORCEINLINE_FUNCTION void operator()(const std::int64_t r) const {
-    if (targets(begin + r) == ignore_index) {
-      lse(begin + r) = 0;
+    const std::int32_t target = targets(begin + r);
+    if (target == ignore_index) {
+      lse(begin + r) = nll(begin + r) = 0;
       return;
     }
     const std::int64_t v = logits.extent(1);
@@ -48,14 +52,15 @@ struct CrossEntropyLse {
     for (std::int64_t j = 1; j < v; ++j) m = row[j] > m ? row[j] : m;
     T s = 0;
     for (std::int64_t j = 0; j < v; ++j) s += exp_in_loop(row[j] - m);
-    lse(begin + r) = m + math::log(s);
+    finish(r, target, m + math::log(s));
   }
 
   template <class Member>
   KOKKOS_INLINE_FUNCTION void operator()(TeamPerRow, const Member& team) const {
     const std::int64_t r = team.league_rank();
-    if (targets(begin + r) == ignore_index) {
-      Kokkos::single(Kokkos::PerTeam(team), [&] { lse(begin + r) = 0; });
+    const std::int32_t target = targets(begin + r);
+    if (target == ignore_index) {
+      Kokkos::single(Kokkos::PerTeam(team), [&] { lse(begin + r) = nll(begin + r) = 0; });
       return;
     }
     const std::int64_t v = logits.extent(1);
@@ -66,22 +71,37 @@ struct CrossEntropyLse {
     T s;
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, v), [&](const std::int64_t j, T& acc) { acc += math::exp(logits(r, j) - m); }, s);
-    Kokkos::single(Kokkos::PerTeam(team), [&] { lse(begin + r) = m + math::log(s); });
+    Kokkos::single(Kokkos::PerTeam(team), [&] { finish(r, target, m + math::log(s)); });
+  }
+
+  KOKKOS_FORCEINLINE_FUNCTION void finish(const std::int64_t r, const std::int32_t target, const T l) const {
+    lse(begin + r) = l;
+    nll(begin + r) = target >= 0 && target < std::int64_t(logits.extent(1)) ? l - logits(r, target) : T(0);
   }
 };
 
-/// Σ (lse − logit of the target) and the count over the non-ignored rows of a chunk.
+/// Over every row: Σ nll and the count of scored targets, with the count of targets outside
+/// [0, V) that are not ignored and of rows of x holding a NaN or Inf (the checks, in the same
+/// pass: a forward waits for the host once, not once per chunk and per check).
 template <class T, class Space>
-struct CrossEntropyLoss {
-  Tensor<const T**, Space> logits;
+struct CrossEntropyTotal {
+  Tensor<const T**, Space> x;  // (N, D)
   Tensor<const std::int32_t*, Space> targets;
-  Tensor<const T*, Space> lse;
-  std::int64_t begin;
+  Tensor<const T*, Space> nll;
+  std::int64_t vocab;
   std::int32_t ignore_index;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r, double& loss, std::int64_t& count) const {
-    const std::int32_t target = targets(begin + r);
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r, double& loss, std::int64_t& count,
+                                         std::int64_t& invalid_targets, std::int64_t& non_finite_rows) const {
+    bool finite = true;
+    for (std::int64_t j = 0; j < std::int64_t(x.extent(1)); ++j) finite = finite && math::isfinite(x(r, j));
+    non_finite_rows += finite ? 0 : 1;
+    const std::int32_t target = targets(r);
     if (target == ignore_index) return;
-    loss += double(lse(begin + r) - logits(r, target));
+    if (target < 0 || target >= vocab) {
+      invalid_targets += 1;
+      return;
+    }
+    loss += double(nll(r));
     count += 1;
   }
 };
@@ -135,22 +155,34 @@ void cross_entropy_lse(const Space& exec, std::int64_t rows, std::int64_t v, con
 }
 }  // namespace detail
 
-/// Summed loss over non-ignored rows and their count.
+/// Summed loss over non-ignored rows and their count, and what the caller must refuse: targets
+/// outside [0, V) that are not ignore_index, and rows of x that are not finite (loss and count
+/// are meaningless unless both are 0).
 struct CrossEntropySum {
   double loss = 0;
   std::int64_t count = 0;
+  std::int64_t invalid_targets = 0;
+  std::int64_t non_finite_rows = 0;
 };
 
-/// Forward: lse (N) is filled; returns Σ loss and the number of non-ignored targets.
-/// x (N, D), W (V, D), targets (N) with values in [0, V) or `ignore_index` (validated by
-/// the caller).
-/// Scratch of lm_head_cross_entropy_forward and _backward for n rows and v classes: one
-/// block of min(chunk, n) rows of logits.
+/// Scratch of lm_head_cross_entropy_backward for n rows and v classes: one block of
+/// min(chunk, n) rows of logits.
 template <class T>
 std::size_t lm_head_cross_entropy_scratch(std::int64_t n, std::int64_t v, std::int64_t chunk) {
   return core::padded_bytes<T>(std::min(chunk, n) * v);
 }
 
+/// Scratch of lm_head_cross_entropy_forward: the block of logits and a loss per row.
+template <class T>
+std::size_t lm_head_cross_entropy_forward_scratch(std::int64_t n, std::int64_t v, std::int64_t chunk) {
+  return lm_head_cross_entropy_scratch<T>(n, v, chunk) + core::padded_bytes<T>(n);
+}
+
+/// Forward: lse (N) is filled; returns Σ loss over the non-ignored targets, their number, and
+/// the counts of invalid targets and non-finite rows of x, all from one reduction after the
+/// last chunk (the host waits once). x (N, D), W (V, D), targets (N) in [0, V) or
+/// `ignore_index`; a target outside both adds nothing and is counted, so the caller refuses
+/// the call after it without anything having read outside the logits.
 template <class T, class Space>
 CrossEntropySum lm_head_cross_entropy_forward(const Space& exec, core::Workspace<Space>& ws,
                                               TensorArg<const T**, Space> x, TensorArg<const T**, Space> w,
@@ -159,21 +191,19 @@ CrossEntropySum lm_head_cross_entropy_forward(const Space& exec, core::Workspace
   const std::int64_t n = x.extent(0), v = w.extent(0);
   core::WorkspaceScope scope(ws);
   auto logits = ws.template allocate<T**>("lm_head.logits", std::min(chunk, n), v);
-  CrossEntropySum total;
+  auto nll = ws.template allocate<T*>("lm_head.nll", n);
   for (std::int64_t begin = 0; begin < n; begin += chunk) {
     const std::int64_t rows = std::min(chunk, n - begin);
     auto xc = Kokkos::subview(x, Kokkos::make_pair(begin, begin + rows), Kokkos::ALL);
     auto lc = Kokkos::subview(logits, Kokkos::make_pair(std::int64_t(0), rows), Kokkos::ALL);
     gemm(exec, Op::none, Op::transpose, T(1), xc, w, T(0), lc);
     detail::cross_entropy_lse<T>(exec, rows, v,
-                                 detail::CrossEntropyLse<T, Space>{lc, targets, lse, begin, ignore_index});
-    double loss = 0;
-    std::int64_t count = 0;
-    core::parallel_sum("hybridseq::kernels::cross_entropy::loss", exec, rows, 2,
-                       detail::CrossEntropyLoss<T, Space>{lc, targets, lse, begin, ignore_index}, loss, count);
-    total.loss += loss;
-    total.count += count;
+                                 detail::CrossEntropyLse<T, Space>{lc, targets, lse, nll, begin, ignore_index});
   }
+  CrossEntropySum total;
+  core::parallel_sum("hybridseq::kernels::cross_entropy::total", exec, n, 2 + x.extent(1),
+                     detail::CrossEntropyTotal<T, Space>{x, targets, nll, v, ignore_index}, total.loss, total.count,
+                     total.invalid_targets, total.non_finite_rows);
   return total;
 }
 

@@ -122,14 +122,23 @@ class LmHeadLoss {
     check_weight(api, weight);
     core::check_shape(api, "x", x, core::B, core::T, core::dim(S.d));
     core::check_shape(api, "targets", targets, core::dim(x.extent(0)), core::dim(x.extent(1)));
-    core::check_finite(api, "x", x);
-    check_targets(api, targets);
+    // The checks of x and the targets come back with the loss (one wait for the host); a
+    // refused call leaves `saved` and the arena as they were.
+    const auto mark = ws.mark();
+    const auto lse = ws.template allocate<T*>("lm_head.lse", x.extent(0) * x.extent(1));
+    const auto sum =
+        kernels::lm_head_cross_entropy_forward<T>(Space{}, ws, core::as_matrix(x), weight.template shaped<T**>(),
+                                                  core::flat(targets), options_.ignore_index, options_.chunk_rows, lse);
+    if (sum.non_finite_rows > 0 || sum.invalid_targets > 0) {
+      ws.release(mark);
+      if (sum.non_finite_rows > 0) core::check_finite(api, "x", x);  // names the first
+      check_targets(api, targets);
+      fail<value_error>(api, "the loss pass counted ", sum.non_finite_rows, " non-finite rows of x and ",
+                        sum.invalid_targets, " invalid targets that the checks then did not find");
+    }
     saved.x = x;
     saved.targets = targets;
-    saved.lse = ws.template allocate<T*>("lm_head.lse", x.extent(0) * x.extent(1));
-    const auto sum = kernels::lm_head_cross_entropy_forward<T>(Space{}, ws, core::as_matrix(x),
-                                                               weight.template shaped<T**>(), core::flat(targets),
-                                                               options_.ignore_index, options_.chunk_rows, saved.lse);
+    saved.lse = lse;
     saved.count = sum.count;
     return sum.count == 0 ? T(0) : static_cast<T>(sum.loss / double(sum.count));
   }
@@ -168,9 +177,10 @@ class LmHeadLoss {
   /// allocates nothing; the query assumes one.
   core::Footprint workspace(const core::WorkspaceQuery& q) const {
     const std::int64_t rows = q.batch * q.time;
-    const std::size_t logits = kernels::lm_head_cross_entropy_scratch<T>(rows, vocab_, options_.chunk_rows);
+    const std::size_t forward = kernels::lm_head_cross_entropy_forward_scratch<T>(rows, vocab_, options_.chunk_rows);
+    const std::size_t backward = kernels::lm_head_cross_entropy_scratch<T>(rows, vocab_, options_.chunk_rows);
     const std::size_t lse = core::padded_bytes<T>(rows);
-    return {lse, lse + logits, logits};
+    return {lse, lse + forward, backward};
   }
 
   template <class Visit>
