@@ -194,24 +194,36 @@ namespace {
 // the walk in index order over exp((l − max)/temperature), as kernels/sampling.hpp defines it.
 std::int32_t sample_oracle(const std::vector<double>& row, const kernels::SampleParams& p, std::int64_t b) {
   const auto v = std::int64_t(row.size());
-  const double top = *std::max_element(row.begin(), row.end());
-  if (p.temperature == 0) return std::int32_t(std::find(row.begin(), row.end(), top) - row.begin());
+  double top = std::numeric_limits<float>::lowest();  // the kernels' float rows start there
+  for (const double x : row) top = x > top ? x : top;
+  if (p.temperature == 0) {
+    const auto first = std::find(row.begin(), row.end(), top) - row.begin();
+    return std::int32_t(first < v ? first : 0);
+  }
+  // a ranks below c: by value, −0 below +0, a NaN below everything.
+  const auto below = [](double a, double c) {
+    if (std::isnan(a) || std::isnan(c)) return std::isnan(a) && !std::isnan(c);
+    return a < c || (a == c && std::signbit(a) && !std::signbit(c));
+  };
   std::vector<std::int64_t> order(v);
   for (std::int64_t j = 0; j < v; ++j) order[j] = j;
-  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t c) { return row[a] > row[c]; });
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t c) { return below(row[c], row[a]); });
   const std::int64_t k = p.top_k > 0 && p.top_k < v ? p.top_k : v;
   std::vector<bool> in(v, false);
   for (std::int64_t i = 0; i < k; ++i) in[order[i]] = true;
-  std::vector<double> w(v, 0.0);
+  const auto weight = [&](double x) {
+    if (std::isinf(top) && top > 0) return x == top ? 1.0 : 0.0;
+    return std::isnan(x) ? 0.0 : std::exp((x - top) / p.temperature);
+  };
   double total = 0;
-  for (std::int64_t j = 0; j < v; ++j) total += (w[j] = in[j] ? std::exp((row[j] - top) / p.temperature) : 0.0);
+  for (std::int64_t j = 0; j < v; ++j) total += in[j] ? weight(row[j]) : 0.0;
   const double u = core::CounterRng(p.seed, std::uint64_t(b)).uniform(p.position) * total;
   double before = 0;
   std::int64_t last = 0;
   for (std::int64_t j = 0; j < v; ++j) {
     if (!in[j]) continue;
-    if (before < u && before + w[j] >= u) return std::int32_t(j);
-    before += w[j];
+    if (weight(row[j]) > 0 && before + weight(row[j]) >= u) return std::int32_t(j);
+    before += weight(row[j]);
     last = j;
   }
   return std::int32_t(last);
@@ -231,6 +243,8 @@ HYBRIDSEQ_SPACE_TEST_CASE("sampling: the row and team kernels pick the oracle's 
   for (auto& x : rounded) x = std::round(x * 4) / 4;
   testing::from_vector(logits, rounded);
   Tensor<std::int32_t*, Space> out("out", rows), out_team("out_team", rows);
+  // One thread per team on host spaces, whose sums then run in index order as the oracle's.
+  const int team_size = core::host_space<Space> ? 1 : 64;
   std::int64_t checked = 0;
   for (const double temperature : {0.0, 0.3, 1.0, 2.5})
     for (const std::int64_t k :
@@ -238,7 +252,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("sampling: the row and team kernels pick the oracle's 
       for (const std::uint64_t position : {0u, 5u, 77u}) {
         const kernels::SampleParams p{.temperature = temperature, .top_k = k, .seed = 11, .position = position};
         kernels::sample_tokens<float>(Space{}, logits, p, out);
-        Kokkos::parallel_for(Kokkos::TeamPolicy<Space>(rows, Kokkos::AUTO),
+        Kokkos::parallel_for(Kokkos::TeamPolicy<Space>(rows, team_size),
                              kernels::detail::SampleRows<float, Space>{logits, out_team, p});
         const auto got = testing::to_vector(out), got_team = testing::to_vector(out_team);
         for (std::int64_t b = 0; b < rows; ++b) {
@@ -251,6 +265,44 @@ HYBRIDSEQ_SPACE_TEST_CASE("sampling: the row and team kernels pick the oracle's 
         }
       }
   CHECK(checked == 4 * 6 * 3 * rows);
+
+  // Non-finite logits and signed zeros: a NaN is never drawn, +inf maxima share the draw, an
+  // all −inf row falls back to its last candidate, and −0 ranks below +0 at the top-k cut.
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::vector<double>> special{{nan, 2, -inf, 2, 1, nan},
+                                                 {1, inf, 0, inf, nan, -inf},
+                                                 {-0.0, 0.0, -1, 0.0, -0.0, -2},
+                                                 {-inf, -inf, -inf, -inf, -inf, -inf}};
+  const std::int64_t sv = 6, sr = std::int64_t(special.size());
+  Tensor<float**, Space> odd("odd", sr, sv);
+  std::vector<double> flat_odd;
+  for (const auto& r : special) flat_odd.insert(flat_odd.end(), r.begin(), r.end());
+  testing::from_vector(odd, flat_odd);
+  Tensor<std::int32_t*, Space> odd_out("odd_out", sr), odd_team("odd_team", sr);
+  std::vector<std::vector<int>> drawn(sr, std::vector<int>(sv, 0));
+  for (const double temperature : {0.0, 0.5, 2.0})
+    for (const std::int64_t k : {std::int64_t(0), std::int64_t(1), std::int64_t(2), std::int64_t(3), std::int64_t(5)})
+      for (std::uint64_t position = 0; position < 40; ++position) {
+        const kernels::SampleParams p{.temperature = temperature, .top_k = k, .seed = 3, .position = position};
+        kernels::sample_tokens<float>(Space{}, odd, p, odd_out);
+        Kokkos::parallel_for(Kokkos::TeamPolicy<Space>(sr, team_size),
+                             kernels::detail::SampleRows<float, Space>{odd, odd_team, p});
+        const auto got = testing::to_vector(odd_out), got_team = testing::to_vector(odd_team);
+        for (std::int64_t b = 0; b < sr; ++b) {
+          INFO("special row " << b << ", temperature " << temperature << ", k " << k << ", position " << position);
+          const std::int32_t want = sample_oracle(special[b], p, b);
+          CHECK(std::int32_t(got[b]) == want);
+          CHECK(std::int32_t(got_team[b]) == want);
+          drawn[b][std::size_t(got[b])] += 1;
+        }
+      }
+  CHECK(drawn[0][0] + drawn[0][5] + drawn[0][2] == 0);  // NaN, −inf
+  CHECK(drawn[1][1] > 0);                               // the +inf logits share
+  CHECK(drawn[1][3] > 0);
+  CHECK(drawn[1][0] + drawn[1][2] + drawn[1][4] + drawn[1][5] == 0);
+  // All −inf: every weight is 0, so each draw falls back to the last of the k candidates (index
+  // k − 1 for k = 1, 2, 3, 5; index 5 for k = 0) at the two temperatures; greedy takes the first.
+  CHECK(drawn[3] == std::vector<int>{5 * 40 + 2 * 40, 2 * 40, 2 * 40, 0, 2 * 40, 2 * 40});
 
   // 2. The frequencies over 40 000 draws (one per row, each row its own stream) of one row with
   // ties at the top-4 boundary: logit 2 at indices 2, 5 and 7, so index 7 is left out.

@@ -9,11 +9,14 @@
 ///   * otherwise the candidates are the k largest logits (all V when k is 0 or ≥ V; among
 ///     equal logits the lower index first), p_v = exp((l_v − max) / temperature) in double,
 ///     u = CounterRng(seed, row).uniform(position) · Σ p, and the token is the first candidate
-///     in index order whose running sum of p reaches u (the last candidate when rounding
-///     leaves u above the running total). Equal logits are equal keys, but for −0 < +0.
+///     in index order, of a p above 0, whose running sum of p reaches u (the last candidate
+///     when no sum does: every p is 0, or rounding left u above the total). Logits rank by
+///     value with −0 below +0 and a NaN below everything; a NaN weighs 0 (never drawn), and
+///     when the maximum is +inf the +inf logits weigh 1 each and the others 0.
 /// Devices run a team per row, which finds the k-th largest logit by a search over the bits of
-/// its key (one team count per bit). Host spaces run a row per index (`row`): std::nth_element
-/// finds that key in O(V), then the sums run in index order, the walk stopping at the token;
+/// its key (one team count per bit). Host spaces run a row per index (`row`, which selects the
+/// k largest with a heap instead), then the sums run in index order, the walk stopping at the
+/// token;
 /// both paths give the same pick where the sums run in the same order (a team of one thread).
 /// A GPU's team sums in its own order, so its pick can differ from the host's where u falls
 /// within rounding of a boundary between two candidates.
@@ -22,7 +25,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -43,14 +45,24 @@ struct SampleParams {
 
 namespace detail {
 
-/// An unsigned key whose order is the order of the floating-point values (−0 < +0).
+/// An unsigned key whose order is the order of the floating-point values (−0 < +0; a NaN is 0,
+/// below every number).
 template <class T>
 KOKKOS_INLINE_FUNCTION auto sortable_key(const T v) {
   using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  if (v != v) return Bits(0);
   Bits bits;
   memcpy(&bits, &v, sizeof bits);
   constexpr Bits sign = Bits(1) << (8 * sizeof(Bits) - 1);
   return (bits & sign) != 0 ? Bits(~bits) : Bits(bits | sign);
+}
+
+/// p of a logit l when the row's maximum is `top` (the definition above).
+template <class T>
+KOKKOS_INLINE_FUNCTION double sample_weight(const T l, const T top, const double temperature) {
+  if (top > 0 && !math::isfinite(top)) return l == top ? 1.0 : 0.0;
+  const double w = math::exp((double(l) - double(top)) / temperature);
+  return w == w ? w : 0.0;
 }
 
 template <class T, class Space>
@@ -67,49 +79,79 @@ struct SampleRows {
   }
   KOKKOS_INLINE_FUNCTION double weight(const std::int64_t b, const std::int64_t j, const Bits threshold,
                                        const std::int64_t cut, const T top) const {
-    return candidate(b, j, threshold, cut) ? math::exp((double(logits(b, j)) - double(top)) / p.temperature) : 0.0;
+    return candidate(b, j, threshold, cut) ? sample_weight(logits(b, j), top, p.temperature) : 0.0;
   }
 
-  /// Row b on the calling host thread.
+  /// Row b on the calling host thread: the k best (key, index) pairs by a heap whose top is the
+  /// worst kept (most logits fail one comparison with it: ~V compares for the usual small k;
+  /// std::nth_element instead when k > V/16), then the sums over those alone, in index order.
   void row(const std::int64_t b) const {
     const std::int64_t v = logits.extent(1);
-    T top = std::numeric_limits<T>::lowest();  // Kokkos::Max's identity, as the team starts from
-    for (std::int64_t j = 0; j < v; ++j) top = logits(b, j) > top ? logits(b, j) : top;
+    const T* l = &logits(b, 0);
+    // Kokkos::Max's identity, as the team starts from; 8 independent maxima (a max is the same
+    // in any order but for ±0, whose differences to a logit are the same).
+    T lane[8];
+    for (T& m : lane) m = std::numeric_limits<T>::lowest();
+    std::int64_t j = 0;
+    for (; j + 8 <= v; j += 8)
+      for (int i = 0; i < 8; ++i) lane[i] = l[j + i] > lane[i] ? l[j + i] : lane[i];
+    for (; j < v; ++j) lane[0] = l[j] > lane[0] ? l[j] : lane[0];
+    T top = lane[0];
+    for (const T m : lane) top = m > top ? m : top;
     if (p.temperature == 0) {
       std::int64_t first = 0;
-      while (first < v && !(logits(b, first) == top)) ++first;
+      while (first < v && !(l[first] == top)) ++first;
       out(b) = std::int32_t(first < v ? first : 0);
       return;
     }
-    Bits threshold = 0;
-    std::int64_t cut = v - 1;
-    if (p.top_k > 0 && p.top_k < v) {
-      std::vector<Bits> keys(v);
-      for (std::int64_t j = 0; j < v; ++j) keys[j] = sortable_key(logits(b, j));
-      std::nth_element(keys.begin(), keys.begin() + (p.top_k - 1), keys.end(), std::greater<>());
-      threshold = keys[p.top_k - 1];
-      std::int64_t taken = 0;
-      for (std::int64_t j = 0; j < v; ++j) taken += sortable_key(logits(b, j)) > threshold ? 1 : 0;
-      for (cut = 0; cut < v; ++cut)
-        if (sortable_key(logits(b, cut)) == threshold && ++taken == p.top_k) break;
+    std::vector<std::int64_t> candidates;  // in index order
+    if (p.top_k == 0 || p.top_k >= v) {
+      candidates.resize(v);
+      for (std::int64_t i = 0; i < v; ++i) candidates[i] = i;
+    } else {
+      struct Ranked {
+        Bits key;
+        std::int64_t index;
+      };
+      // a ranks above b: the larger logit, or of equal ones the lower index.
+      const auto above = [](const Ranked& a, const Ranked& c) {
+        return a.key > c.key || (a.key == c.key && a.index < c.index);
+      };
+      std::vector<Ranked> best;
+      if (p.top_k <= v / 16) {
+        best.resize(p.top_k);
+        for (std::int64_t i = 0; i < p.top_k; ++i) best[i] = {sortable_key(l[i]), i};
+        std::make_heap(best.begin(), best.end(), above);  // the front ranks below the others
+        for (std::int64_t i = p.top_k; i < v; ++i) {
+          const Bits key = sortable_key(l[i]);
+          if (key <= best.front().key) continue;  // of equal keys the kept one has the lower index
+          std::pop_heap(best.begin(), best.end(), above);
+          best.back() = {key, i};
+          std::push_heap(best.begin(), best.end(), above);
+        }
+      } else {
+        best.resize(v);
+        for (std::int64_t i = 0; i < v; ++i) best[i] = {sortable_key(l[i]), i};
+        std::nth_element(best.begin(), best.begin() + (p.top_k - 1), best.end(), above);
+        best.resize(p.top_k);
+      }
+      for (const Ranked& r : best) candidates.push_back(r.index);
+      std::sort(candidates.begin(), candidates.end());
     }
+    const auto weight_of = [&](const std::int64_t i) { return sample_weight(l[i], top, p.temperature); };
     double total = 0;
-    std::int64_t last = 0;
-    for (std::int64_t j = 0; j < v; ++j) {
-      total += weight(b, j, threshold, cut, top);
-      if (candidate(b, j, threshold, cut)) last = j;
-    }
+    for (const std::int64_t i : candidates) total += weight_of(i);
     const double u = core::CounterRng(p.seed, std::uint64_t(b)).uniform(p.position) * total;
-    out(b) = std::int32_t(last);
     double before = 0;
-    for (std::int64_t j = 0; j < v; ++j) {
-      const double w = weight(b, j, threshold, cut, top);
-      if (w > 0 && before < u && before + w >= u) {
-        out(b) = std::int32_t(j);
+    for (const std::int64_t i : candidates) {
+      const double w = weight_of(i);
+      if (w > 0 && before + w >= u) {
+        out(b) = std::int32_t(i);
         return;
       }
       before += w;
     }
+    out(b) = std::int32_t(candidates.back());
   }
 
   /// Row league_rank() by a team.
@@ -173,11 +215,13 @@ struct SampleRows {
     const double u = core::CounterRng(p.seed, std::uint64_t(b)).uniform(p.position) * total;
     Kokkos::single(Kokkos::PerTeam(team), [&] { out(b) = std::int32_t(last); });
     team.team_barrier();
-    // The one candidate whose running sum first reaches u: the sums before it are below u.
+    // The first candidate whose running sum reaches u. A team scan adds in a tree, so the sums
+    // need not grow from one index to the next in the last bit: the minimum of the indices
+    // that reach u is the pick, whichever thread gets there first.
     Kokkos::parallel_scan(Kokkos::TeamThreadRange(team, v),
                           [&](const std::int64_t j, double& before, const bool final) {
                             const double w = weight(b, j, threshold, cut, top);
-                            if (final && w > 0 && before < u && before + w >= u) out(b) = std::int32_t(j);
+                            if (final && w > 0 && before + w >= u) Kokkos::atomic_fetch_min(&out(b), std::int32_t(j));
                             before += w;
                           });
   }

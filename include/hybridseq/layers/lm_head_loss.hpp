@@ -126,9 +126,15 @@ class LmHeadLoss {
     // refused call leaves `saved` and the arena as they were.
     const auto mark = ws.mark();
     const auto lse = ws.template allocate<T*>("lm_head.lse", x.extent(0) * x.extent(1));
-    const auto sum =
-        kernels::lm_head_cross_entropy_forward<T>(Space{}, ws, core::as_matrix(x), weight.template shaped<T**>(),
-                                                  core::flat(targets), options_.ignore_index, options_.chunk_rows, lse);
+    kernels::CrossEntropySum sum;
+    try {
+      sum = kernels::lm_head_cross_entropy_forward<T>(Space{}, ws, core::as_matrix(x), weight.template shaped<T**>(),
+                                                      core::flat(targets), options_.ignore_index, options_.chunk_rows,
+                                                      lse);
+    } catch (...) {
+      ws.release(mark);
+      throw;
+    }
     if (sum.non_finite_rows > 0 || sum.invalid_targets > 0) {
       ws.release(mark);
       if (sum.non_finite_rows > 0) core::check_finite(api, "x", x);  // names the first
