@@ -242,27 +242,37 @@ HYBRIDSEQ_SPACE_TEST_CASE("sampling: the row and team kernels pick the oracle's 
   auto rounded = testing::to_vector(logits);
   for (auto& x : rounded) x = std::round(x * 4) / 4;
   testing::from_vector(logits, rounded);
-  Tensor<std::int32_t*, Space> out("out", rows), out_team("out_team", rows);
-  // One thread per team on host spaces, whose sums then run in index order as the oracle's.
-  const int team_size = core::host_space<Space> ? 1 : 64;
+  // Draws from every row of `block` (its values in `rows_of`) by sample_tokens and by the team
+  // kernel, one thread per team on host spaces (whose sums then run in index order as the
+  // oracle's); checks both picks against the oracle and returns sample_tokens' picks.
+  const auto check_both_paths = [](const Tensor<float**, Space>& block, const std::vector<std::vector<double>>& rows_of,
+                                   const kernels::SampleParams& p, const char* what) {
+    const auto n = std::int64_t(block.extent(0));
+    Tensor<std::int32_t*, Space> out("out", n), out_team("out_team", n);
+    kernels::sample_tokens<float>(Space{}, block, p, out);
+    Kokkos::parallel_for(Kokkos::TeamPolicy<Space>(n, core::host_space<Space> ? 1 : 64),
+                         kernels::detail::SampleRows<float, Space>{block, out_team, p});
+    const auto got = testing::to_vector(out), got_team = testing::to_vector(out_team);
+    for (std::int64_t b = 0; b < n; ++b) {
+      INFO(what << " row " << b << ", temperature " << p.temperature << ", k " << p.top_k << ", position "
+                << p.position);
+      const std::int32_t want = sample_oracle(rows_of[b], p, b);
+      CHECK(std::int32_t(got[b]) == want);
+      CHECK(std::int32_t(got_team[b]) == want);
+    }
+    return got;
+  };
+  std::vector<std::vector<double>> random_rows;
+  for (std::int64_t b = 0; b < rows; ++b)
+    random_rows.emplace_back(rounded.begin() + b * v, rounded.begin() + (b + 1) * v);
   std::int64_t checked = 0;
   for (const double temperature : {0.0, 0.3, 1.0, 2.5})
     for (const std::int64_t k :
          {std::int64_t(0), std::int64_t(1), std::int64_t(7), std::int64_t(299), std::int64_t(300), std::int64_t(1000)})
       for (const std::uint64_t position : {0u, 5u, 77u}) {
-        const kernels::SampleParams p{.temperature = temperature, .top_k = k, .seed = 11, .position = position};
-        kernels::sample_tokens<float>(Space{}, logits, p, out);
-        Kokkos::parallel_for(Kokkos::TeamPolicy<Space>(rows, team_size),
-                             kernels::detail::SampleRows<float, Space>{logits, out_team, p});
-        const auto got = testing::to_vector(out), got_team = testing::to_vector(out_team);
-        for (std::int64_t b = 0; b < rows; ++b) {
-          const std::vector<double> row(rounded.begin() + b * v, rounded.begin() + (b + 1) * v);
-          INFO("row " << b << ", temperature " << temperature << ", k " << k << ", position " << position);
-          const std::int32_t want = sample_oracle(row, p, b);
-          CHECK(std::int32_t(got[b]) == want);
-          CHECK(std::int32_t(got_team[b]) == want);
-          ++checked;
-        }
+        check_both_paths(logits, random_rows,
+                         {.temperature = temperature, .top_k = k, .seed = 11, .position = position}, "random");
+        checked += rows;
       }
   CHECK(checked == 4 * 6 * 3 * rows);
 
@@ -278,23 +288,13 @@ HYBRIDSEQ_SPACE_TEST_CASE("sampling: the row and team kernels pick the oracle's 
   std::vector<double> flat_odd;
   for (const auto& r : special) flat_odd.insert(flat_odd.end(), r.begin(), r.end());
   testing::from_vector(odd, flat_odd);
-  Tensor<std::int32_t*, Space> odd_out("odd_out", sr), odd_team("odd_team", sr);
   std::vector<std::vector<int>> drawn(sr, std::vector<int>(sv, 0));
   for (const double temperature : {0.0, 0.5, 2.0})
     for (const std::int64_t k : {std::int64_t(0), std::int64_t(1), std::int64_t(2), std::int64_t(3), std::int64_t(5)})
       for (std::uint64_t position = 0; position < 40; ++position) {
-        const kernels::SampleParams p{.temperature = temperature, .top_k = k, .seed = 3, .position = position};
-        kernels::sample_tokens<float>(Space{}, odd, p, odd_out);
-        Kokkos::parallel_for(Kokkos::TeamPolicy<Space>(sr, team_size),
-                             kernels::detail::SampleRows<float, Space>{odd, odd_team, p});
-        const auto got = testing::to_vector(odd_out), got_team = testing::to_vector(odd_team);
-        for (std::int64_t b = 0; b < sr; ++b) {
-          INFO("special row " << b << ", temperature " << temperature << ", k " << k << ", position " << position);
-          const std::int32_t want = sample_oracle(special[b], p, b);
-          CHECK(std::int32_t(got[b]) == want);
-          CHECK(std::int32_t(got_team[b]) == want);
-          drawn[b][std::size_t(got[b])] += 1;
-        }
+        const auto got = check_both_paths(
+            odd, special, {.temperature = temperature, .top_k = k, .seed = 3, .position = position}, "special");
+        for (std::int64_t b = 0; b < sr; ++b) drawn[b][std::size_t(got[b])] += 1;
       }
   CHECK(drawn[0][0] + drawn[0][5] + drawn[0][2] == 0);  // NaN, −inf
   CHECK(drawn[1][1] > 0);                               // the +inf logits share
@@ -338,6 +338,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("sampling: the row and team kernels pick the oracle's 
   for (const double t : testing::to_vector(greedy)) CHECK(t == 1);
   CHECK_THROWS_WITH(kernels::sample_tokens<float>(Space{}, logits, {}, picks),
                     Catch::Contains("hybridseq::kernels::sample_tokens") && Catch::Contains("out (40000)"));
+  Tensor<std::int32_t*, Space> out("out", rows);
   CHECK_THROWS_WITH(kernels::sample_tokens<float>(Space{}, logits, {.temperature = -1}, out),
                     Catch::Contains("got -1, 0"));
   CHECK_THROWS_AS(kernels::sample_tokens<float>(Space{}, logits, {.temperature = 1, .top_k = -2}, out), value_error);
