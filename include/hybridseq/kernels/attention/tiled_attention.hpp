@@ -283,11 +283,9 @@ struct Forward {
       if (a.dropout.active())  // after the row sums: the normaliser is the undropped one
         for (std::int64_t j = 0; j < cols; ++j)
           for (std::int64_t i = 0; i < rows; ++i) s[j * tile_q + i] *= a.dropout_factor(b, h, i0 + i, k0 + j);
-      for (std::int64_t i = 0; i < rows; ++i)
-        for (int d = 0; d < dh; ++d) acc[i * dh + d] *= corr[i];
-      // O += P V, P read transposed out of Sᵀ
+      // O ← diag(corr) · O + P V, P read transposed out of Sᵀ
       simd::gemm(shape, int(rows), dh, int(cols), T(1), s, 1, tile_q, a.v.row(b, k0, hk), a.v.time_stride, acc, dh,
-                 true);
+                 true, corr);
     }
     T* lse = a.lse + (b * a.heads + h) * a.tq + i0;
     for (std::int64_t r = 0; r < rows; ++r) {
