@@ -104,54 +104,51 @@ struct SampleRows {
       out(b) = std::int32_t(first < v ? first : 0);
       return;
     }
-    std::vector<std::int64_t> candidates;  // in index order
-    if (p.top_k == 0 || p.top_k >= v) {
-      candidates.resize(v);
-      for (std::int64_t i = 0; i < v; ++i) candidates[i] = i;
-    } else {
-      struct Ranked {
-        Bits key;
-        std::int64_t index;
-      };
-      // a ranks above b: the larger logit, or of equal ones the lower index.
-      const auto above = [](const Ranked& a, const Ranked& c) {
-        return a.key > c.key || (a.key == c.key && a.index < c.index);
-      };
-      std::vector<Ranked> best;
-      if (p.top_k <= v / 16) {
-        best.resize(p.top_k);
-        for (std::int64_t i = 0; i < p.top_k; ++i) best[i] = {sortable_key(l[i]), i};
-        std::make_heap(best.begin(), best.end(), above);  // the front ranks below the others
-        for (std::int64_t i = p.top_k; i < v; ++i) {
-          const Bits key = sortable_key(l[i]);
-          if (key <= best.front().key) continue;  // of equal keys the kept one has the lower index
-          std::pop_heap(best.begin(), best.end(), above);
-          best.back() = {key, i};
-          std::push_heap(best.begin(), best.end(), above);
+    // The draw over candidate indices in index order: every index, or the k best sorted.
+    const auto draw = [&](const auto& index, const std::int64_t count) {
+      double total = 0;
+      for (std::int64_t c = 0; c < count; ++c) total += sample_weight(l[index(c)], top, p.temperature);
+      const double u = core::CounterRng(p.seed, std::uint64_t(b)).uniform(p.position) * total;
+      double before = 0;
+      for (std::int64_t c = 0; c < count; ++c) {
+        const double w = sample_weight(l[index(c)], top, p.temperature);
+        if (w > 0 && before + w >= u) {
+          out(b) = std::int32_t(index(c));
+          return;
         }
-      } else {
-        best.resize(v);
-        for (std::int64_t i = 0; i < v; ++i) best[i] = {sortable_key(l[i]), i};
-        std::nth_element(best.begin(), best.begin() + (p.top_k - 1), best.end(), above);
-        best.resize(p.top_k);
+        before += w;
       }
-      for (const Ranked& r : best) candidates.push_back(r.index);
-      std::sort(candidates.begin(), candidates.end());
-    }
-    const auto weight_of = [&](const std::int64_t i) { return sample_weight(l[i], top, p.temperature); };
-    double total = 0;
-    for (const std::int64_t i : candidates) total += weight_of(i);
-    const double u = core::CounterRng(p.seed, std::uint64_t(b)).uniform(p.position) * total;
-    double before = 0;
-    for (const std::int64_t i : candidates) {
-      const double w = weight_of(i);
-      if (w > 0 && before + w >= u) {
-        out(b) = std::int32_t(i);
-        return;
+      out(b) = std::int32_t(index(count - 1));
+    };
+    if (p.top_k == 0 || p.top_k >= v) return draw([](const std::int64_t c) { return c; }, v);
+    struct Ranked {
+      Bits key;
+      std::int64_t index;
+    };
+    // a ranks above b: the larger logit, or of equal ones the lower index.
+    const auto above = [](const Ranked& a, const Ranked& c) {
+      return a.key > c.key || (a.key == c.key && a.index < c.index);
+    };
+    // Per host thread and kept between calls: a decoding step allocates nothing here.
+    thread_local std::vector<Ranked> best;
+    best.clear();
+    if (p.top_k <= v / 16) {
+      for (std::int64_t i = 0; i < p.top_k; ++i) best.push_back({sortable_key(l[i]), i});
+      std::make_heap(best.begin(), best.end(), above);  // the front ranks below the others
+      for (std::int64_t i = p.top_k; i < v; ++i) {
+        const Bits key = sortable_key(l[i]);
+        if (key <= best.front().key) continue;  // of equal keys the kept one has the lower index
+        std::pop_heap(best.begin(), best.end(), above);
+        best.back() = {key, i};
+        std::push_heap(best.begin(), best.end(), above);
       }
-      before += w;
+    } else {
+      for (std::int64_t i = 0; i < v; ++i) best.push_back({sortable_key(l[i]), i});
+      std::nth_element(best.begin(), best.begin() + (p.top_k - 1), best.end(), above);
+      best.resize(p.top_k);
     }
-    out(b) = std::int32_t(candidates.back());
+    std::sort(best.begin(), best.end(), [](const Ranked& a, const Ranked& c) { return a.index < c.index; });
+    draw([](const std::int64_t c) { return best[c].index; }, p.top_k);
   }
 
   /// Row league_rank() by a team.
