@@ -9,9 +9,10 @@
 #   5. runs the memory-indexing test families of 3 again (core, io, layers, tasks, attention,
 #      GSS, Mamba: tests/CMakeLists.txt says why these) with AddressSanitizer +
 #      UndefinedBehaviorSanitizer,
-#   6. compiles and links the CUDA configuration's quickstart and NCCL check (scripts/build-kokkos.sh
-#      --cuda; HYBRIDSEQ_CUDA=ON) and checks ptxas' figures of its attention and scan kernels; where nvcc
-#      is missing this step says so and is skipped. Nothing runs on a GPU here.
+#   6. compiles and links the CUDA configuration's quickstart, NCCL check, scan and norm test
+#      families and device benchmark (scripts/build-kokkos.sh --cuda; HYBRIDSEQ_CUDA=ON) and checks
+#      ptxas' figures of its attention and scan kernels; where nvcc is missing this step says so
+#      and is skipped. Nothing runs on a GPU here.
 # Usage: scripts/test.sh [--no-sanitize]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,9 +64,10 @@ if command -v nvcc >/dev/null; then
     -DHYBRIDSEQ_CHECK_NCCL=$nccl >/dev/null
   # A hybrid model's training step (its norms, activations, GEMMs, attention and scan
   # kernels), Trainer and decoding session on Kokkos::Cuda (quickstart), the trainer over the
-  # NCCL backend (nccl_check), and the scan's and the norms' test families (test_mamba,
-  # test_layers). The other families compile too (cmake --build build-cuda), but under nvcc
-  # they take longer than CI's budget allows (models alone ~18 minutes on 2 cores).
+  # NCCL backend (nccl_check), the scan's and the norms' test families (test_mamba,
+  # test_layers) and the device benchmark. The other families compile too (cmake --build
+  # build-cuda), but under nvcc they take longer than CI's budget allows (models alone ~18
+  # minutes on 2 cores).
   cmake --build build-cuda -j "$jobs" --target hybridseq_cuda_ci
   # The attention and float scan kernels of quickstart and test_mamba keep every value in
   # registers: no spills, no stack frame. (The double scan backward at N = 16 spills a little:
