@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include "../core/error.hpp"
@@ -96,7 +97,8 @@ StagedCheckpoint stage_checkpoint(const std::filesystem::path& path, Model& mode
     if (ec != std::errc{} || end != text.data() + text.size() || text.empty())
       fail<io_error>(api, path.string(), ": metadata '", key, "' is '", text, "', not a whole number in [",
                      std::numeric_limits<I>::min(), ", ", std::numeric_limits<I>::max(), "]");
-    if (value < 0) fail<io_error>(api, path.string(), ": metadata '", key, "' is ", value, ", must be >= 0");
+    if constexpr (std::is_signed_v<I>)
+      if (value < 0) fail<io_error>(api, path.string(), ": metadata '", key, "' is ", value, ", must be >= 0");
     return value;
   };
   StagedCheckpoint staged;
