@@ -69,10 +69,10 @@ if command -v nvcc >/dev/null; then
   # build-cuda), but under nvcc they take longer than CI's budget allows (models alone ~18
   # minutes on 2 cores).
   cmake --build build-cuda -j "$jobs" --target hybridseq_cuda_ci
-  # The attention and float scan kernels of quickstart and test_mamba keep every value in
-  # registers: no spills, no stack frame. (The double scan backward at N = 16 spills a little:
-  # not checked.)
-  bash scripts/cuda-resources.sh check build-cuda 'hybridseq::kernels::attention::team::' 0
+  # The attention and float scan kernels of quickstart, test_mamba and the device benchmark (the
+  # one with the bf16 tensor-core forward) keep every value in registers: no spills, no stack
+  # frame. (The double scan backward at N = 16 spills a little: not checked.)
+  bash scripts/cuda-resources.sh check build-cuda 'hybridseq::kernels::attention::(team|mma)::' 0
   bash scripts/cuda-resources.sh check build-cuda 'hybridseq::kernels::team::detail::(Forward|Backward)(Checkpoints)?<[0-9]+, float' 0
 else
   echo "hybridseq: nvcc not found: the CUDA configuration was not compiled" >&2

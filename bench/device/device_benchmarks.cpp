@@ -1,6 +1,7 @@
 // hybridseq-device-bench: GPU-sized kernels and a training step on the build's default execution
 // space (Kokkos::Cuda in the CUDA configuration), for scripts/device-check.sh, which times PyTorch
-// on the same GPU and shapes beside it (bench/device_vs_pytorch.py). All float32.
+// on the same GPU and shapes beside it (bench/device_vs_pytorch.py). Float32 tensors; the
+// products in fp32 but where a name says TF32 or bf16.
 //
 //   copy/MiB:1024                    device-to-device copy: GB/s counting bytes read and written
 //                                    (the bandwidth yardstick of this run)
@@ -9,6 +10,8 @@
 //                                    4·visible·Dh per head (QKᵀ and PV over the visible scores)
 //   attention_fwd_bwd/causal/B/T     forward + backward, counted 3.5× the forward (FlashAttention's
 //                                    count: backward 2.5×)
+//   attention_fwd_bf16/causal/B/T    the forward on tensor cores (Q, K, V, P rounded to bf16, fp32
+//                                    accumulation; kernels/attention/mma_attention.hpp), same count
 //   selective_scan_fwd/B/T/Di        N = 16, chunk 64: GB/s of the traffic the scan cannot avoid
 //                                    (u, Δ, B, C read; y and the chunk checkpoints written); the
 //                                    script reads it against the copy's GB/s
@@ -77,14 +80,15 @@ void gemm(benchmark::State& state) {
 
 constexpr int attention_heads = 16, attention_tokens = 16384;
 
-template <bool Backward>
+template <bool Backward, att::Precision precision = att::Precision::native>
 void attention(benchmark::State& state) {
+  static_assert(!Backward || precision == att::Precision::native, "the bf16 kernel is a forward");
   const std::int64_t t = state.range(0), b = attention_tokens / t;
   AttentionProblem<Space> p(t, b, attention_heads);
   const auto args = p.args();
   const auto grads = p.grads();
   const auto call = [&] {
-    att::forward<att::Causal, float>(Space{}, args);
+    att::forward<att::Causal, float>(Space{}, args, precision);
     if constexpr (Backward) att::backward<att::Causal, float>(Space{}, args, grads);
   };
   time_fenced(state, call);
@@ -163,6 +167,11 @@ const Registration registration([] {
   }
   for (int t : {1024, 4096}) {
     benchmark::RegisterBenchmark("attention_fwd/causal", attention<false>)
+        ->Arg(t)
+        ->ArgName("T")
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("attention_fwd_bf16/causal", attention<false, att::Precision::bf16>)
         ->Arg(t)
         ->ArgName("T")
         ->UseRealTime()

@@ -198,6 +198,34 @@ void check_float_against_oracle(std::int64_t batch, std::int64_t n, int heads, i
   CHECK(again.dalpha == tiled.dalpha);
 }
 
+/// The bf16 tensor-core kernel against the double oracle on the same inputs rounded to bf16.
+/// Its products are exact and accumulate in fp32, so the LSE is within fp32 rounding; the
+/// output also carries the probabilities' rounding to bf16 (2⁻⁹ relative each), so it is
+/// within 2⁻⁸ of the largest |V|. A fragment in the wrong place is off by the size of V itself.
+template <class Scheme, class Space>
+void check_bf16_against_oracle(std::int64_t batch, std::int64_t n, int heads, int kv_heads, int dh, double p = 0) {
+  const std::int64_t tq = Scheme::query_count(n);
+  Packed<float> mma(batch, n, tq, heads, kv_heads, dh, 17 + n);
+  for (float& x : mma.qkv) x = kernels::detail::bits_float(att::mma::detail::bf16(x) << 16);
+  Packed<double> ref(batch, n, tq, heads, kv_heads, dh, 17 + n);
+  ref.qkv.assign(mma.qkv.begin(), mma.qkv.end());
+  ref.alpha.assign(mma.alpha.begin(), mma.alpha.end());
+  mma.dropout = ref.dropout = dropout_mask(p, std::uint64_t(n));
+  mma.template run_on<Space>([](const att::AttentionArgs<float>& a, const att::AttentionGrads<float>&) {
+    att::forward<Scheme, float>(Space{}, a, att::Precision::bf16);
+    Space().fence();
+  });
+  kernels::reference::attention_forward<Scheme, double>(ref.args());
+  double v_max = 0, o_err = 0;
+  for (float x : mma.qkv) v_max = std::max(v_max, double(std::abs(x)));
+  for (std::size_t i = 0; i < mma.o.size(); ++i) o_err = std::max(o_err, std::abs(double(mma.o[i]) - ref.o[i]));
+  INFO(Scheme::name << " B=" << batch << " T=" << n << " H=" << heads << " Hkv=" << kv_heads << " Dh=" << dh
+                    << " dropout " << p);
+  CHECK(max_rel(mma.lse, ref.lse) < 1e-5);
+  CHECK(o_err < std::ldexp(v_max, -8));
+  if (n > 8) CHECK(o_err > 0);  // the probabilities did round: this is not the fp32 kernel
+}
+
 }  // namespace
 
 HYBRIDSEQ_SPACE_TEST_CASE("tiled attention matches the naive oracle for every scheme", "[attention][kernels]") {
@@ -237,6 +265,37 @@ HYBRIDSEQ_SPACE_TEST_CASE("team attention kernels (the device algorithm) match t
   // Dh > 64 runs the in-memory copy; Dh = 200 stages 7 rows per step (24 KB of doubles), so
   // blocks end mid-step.
   check_against_oracle<att::Causal, S, team>(1, 150, 2, 1, 200, 0.3);
+}
+
+HYBRIDSEQ_SPACE_TEST_CASE("bf16 tensor-core attention matches the oracle on bf16-rounded inputs",
+                          "[attention][kernels][bf16]") {
+  using S = TestType;
+  for (std::int64_t n : {1, 7, 64, 70, 130}) {
+    check_bf16_against_oracle<att::Causal, S>(2, n, 4, 2, 16);
+    check_bf16_against_oracle<att::Causal, S>(1, n, 3, 1, 5);  // Hkv = 1, odd head dim
+    check_bf16_against_oracle<att::SlidingWindow<20>, S>(1, n, 2, 2, 8, 0.1);
+    check_bf16_against_oracle<att::Bidirectional, S>(1, n, 2, 1, 24);
+  }
+  check_bf16_against_oracle<att::SSplit<10>, S>(2, 70, 2, 2, 4);
+  check_bf16_against_oracle<att::EcpPairs<16>, S>(2, 80, 2, 1, 40, 0.5);
+  check_bf16_against_oracle<att::PerceiverCross<70>, S>(1, 200, 2, 2, 8, 0.2);
+  check_bf16_against_oracle<att::EcpPairs<100>, S>(1, 300, 2, 2, 8);
+  // Each register bound (32, 64, 128) at and between its sizes; keys over several blocks.
+  check_bf16_against_oracle<att::Causal, S>(1, 200, 2, 1, 32, 0.2);
+  check_bf16_against_oracle<att::Causal, S>(2, 130, 4, 2, 64);
+  check_bf16_against_oracle<att::SlidingWindow<100>, S>(1, 150, 2, 2, 100);
+  check_bf16_against_oracle<att::Causal, S>(1, 140, 2, 1, 128, 0.3);
+}
+
+TEST_CASE("bf16 tensor-core attention refuses what it cannot take", "[attention][bf16][errors][host]") {
+  Packed<float> big(1, 8, 8, 2, 2, 136, 1);
+  CHECK_THROWS_WITH(
+      att::mma::forward<att::Causal>(Kokkos::DefaultHostExecutionSpace{}, big.args()),
+      Catch::Contains("hybridseq::kernels::attention::mma::forward") && Catch::Contains("head dims 1 to 128, got 136"));
+  Packed<double> wide(1, 8, 8, 2, 2, 8, 1);
+  CHECK_THROWS_WITH(
+      (att::forward<att::Causal, double>(Kokkos::DefaultHostExecutionSpace{}, wide.args(), att::Precision::bf16)),
+      Catch::Contains("attention::forward: bf16 products take float inputs, got 8-byte scalars"));
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("tiled attention with dropout on the probabilities matches the oracle",
@@ -354,6 +413,58 @@ HYBRIDSEQ_SPACE_TEST_CASE("attention branch: finite-difference gradients in doub
 HYBRIDSEQ_SPACE_TEST_CASE("attention branch: PyTorch goldens in float", "[attention][golden]") {
   testing::for_each_case(cases::AttentionCases{},
                          [&]<class Case>() { testing::check_golden<Case, TestType>(1e-4, 1e-5); });
+}
+
+namespace {
+/// A case of the attention branch with AttentionOptions::precision = bf16.
+template <class Case>
+struct Bf16 : Case {
+  template <class L>
+  static typename L::Options options() {
+    auto o = Case::template options<L>();
+    o.precision = att::Precision::bf16;
+    return o;
+  }
+};
+
+/// |a − b| over the largest |b|.
+double relative_gap(const std::vector<double>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    num = std::max(num, std::abs(a[i] - b[i])), den = std::max(den, std::abs(b[i]));
+  return num / den;
+}
+}  // namespace
+
+// The branch with bf16 products against itself in fp32, same parameters and inputs: output and
+// input gradient within bf16's rounding of Q, K, V and P (2⁻⁹ relative each, amplified by the
+// scores' multiplier), not equal (the option reached the kernel), on every scheme the cases
+// cover: cosine scores, GQA, RoPE, sliding window, ECP pairs, PerceiverAR's cross rows.
+HYBRIDSEQ_SPACE_TEST_CASE("attention branch with bf16 products: within bf16 rounding of fp32", "[attention][bf16]") {
+  using S = TestType;
+  testing::for_each_case(cases::AttentionCases{}, [&]<class Case>() {
+    testing::Harness<Case, float, S> native;
+    testing::Harness<Bf16<Case>, float, S> bf16;
+    native.randomize(5);
+    bf16.randomize(5);
+    native.analytic();
+    bf16.analytic();
+    const auto y = testing::to_vector(bf16.y), y_ref = testing::to_vector(native.y);
+    const auto dx = testing::to_vector(bf16.dx), dx_ref = testing::to_vector(native.dx);
+    CHECK(relative_gap(y, y_ref) < 3e-2);
+    CHECK(relative_gap(dx, dx_ref) < 6e-2);
+    CHECK(y != y_ref);
+  });
+}
+
+TEST_CASE("attention branch refuses bf16 products in double", "[attention][bf16][errors][host]") {
+  using L = layers::Attention<cases::gqa16, att::Causal, double, Kokkos::DefaultHostExecutionSpace>;
+  L::Options o;
+  o.precision = att::Precision::bf16;
+  CHECK_THROWS_AS(L(o), value_error);
+  CHECK_THROWS_WITH(L(o),
+                    "hybridseq::layers::Attention: AttentionOptions::precision bf16 needs a float layer, got "
+                    "8-byte scalars");
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("attention branch: save/load round trip", "[attention][io]") {

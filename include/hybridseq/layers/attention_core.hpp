@@ -5,7 +5,8 @@
 ///   heads ← RoPE(heads) at positions offset..       (the q and k heads; RotaryEmbedding)
 ///   cosine scores: q, k ← q/‖q‖, k/‖k‖;  α_h = exp(min(s_h, log 100))   (s_h learnable)
 ///   dot scores:    α_h = 1/√Dh
-///   o = dropout(softmax_{Scheme mask}(α q kᵀ)) v      (the tiled kernel, any segment scheme)
+///   o = dropout(softmax_{Scheme mask}(α q kᵀ)) v      (the tiled kernel, any segment scheme;
+///                                                      bf16 products if the options ask)
 ///
 /// with the matching backward. Layers differ only in how they project (fused QKV, a shared K/V
 /// projection), which rows attend under which scheme (one self-attention, Double Attention's
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "../core/parallel.hpp"
 #include "../core/parameter.hpp"
@@ -52,6 +54,12 @@ struct AttentionOptions {
   double rope_base = 10000.0;
   std::int64_t max_cache = 4096;  // decoding: KV-cache capacity per sequence
   double dropout = 0;             // on the attention probabilities, in training passes
+  /// The forward's products: native (in the layer's scalar type) or bf16 (Q, K, V and the
+  /// probabilities rounded to bf16, fp32 accumulation: tensor cores on a GPU; float layers
+  /// only). Backward runs the native kernel from the bf16 forward's O and LSE, so a training
+  /// step's gradients carry the forward's bf16 rounding. On host spaces bf16 runs an emulation
+  /// of the tensor cores that is far slower than native: it is there to compare against.
+  kernels::attention::Precision precision = kernels::attention::Precision::native;
 };
 
 /// The hint every "KV cache full" error gives: how to raise the capacity from any model.
@@ -209,8 +217,12 @@ class AttentionCore {
         logit_scale_({S.score == Score::cosine ? (S.per_layer_scale ? 1 : S.heads) : 0}, core::Role::scalar,
                      core::Init::constant(std::log(10.0))),
         alpha_("hybridseq::layers::AttentionCore::alpha", S.heads),
-        dropout_(o.dropout) {
+        dropout_(o.dropout),
+        precision_(o.precision) {
     core::check_dropout(api, "AttentionOptions::dropout", o.dropout);
+    if (o.precision == kernels::attention::Precision::bf16 && !std::is_same_v<T, float>)
+      fail<value_error>(api, "AttentionOptions::precision", " bf16 needs a float layer, got ", sizeof(T),
+                        "-byte scalars");
   }
 
   const Rope& rope() const { return rope_; }
@@ -276,7 +288,7 @@ class AttentionCore {
   template <class Scheme>
   void attend(const AttendRows<T>& r) const {
     refresh_alpha();
-    kernels::attention::forward<Scheme, T>(Space{}, args(r));
+    kernels::attention::forward<Scheme, T>(Space{}, args(r), precision_);
   }
 
   /// dq, dk, dv of one pass (overwritten), and the temperature's gradient (cosine).
@@ -326,6 +338,7 @@ class AttentionCore {
   core::Parameter<T, Space> logit_scale_;  // (H) or (1); empty for dot scores
   Tensor<T*, Space> alpha_;                // (H) score multiplier, refreshed from logit_scale_
   double dropout_;                         // probability-dropout rate of training passes
+  kernels::attention::Precision precision_;
 };
 
 }  // namespace hybridseq::layers

@@ -2,16 +2,32 @@
 /// \file
 /// The attention kernels' entry points: the tiled host kernels (tiled_attention.hpp) on
 /// execution spaces whose memory the host reads, the portable team kernels
-/// (team_attention.hpp) elsewhere (Kokkos::Cuda). Same arguments, same results.
+/// (team_attention.hpp) elsewhere (Kokkos::Cuda). Same arguments, same results. A forward
+/// asked for in bf16 runs the tensor-core kernel (mma_attention.hpp) instead.
 
+#include <type_traits>
+
+#include "mma_attention.hpp"
 #include "team_attention.hpp"
 #include "tiled_attention.hpp"
 
 namespace hybridseq::kernels::attention {
 
+/// What the forward's products take as inputs: the scalar type itself, or Q, K, V and the
+/// probabilities rounded to bfloat16 with fp32 accumulation (float only; tensor cores on a GPU,
+/// an emulation of them on host spaces that is there to test against, not to be fast).
+enum class Precision { native, bf16 };
+
 /// O and LSE for every query row (see AttentionArgs).
 template <class Scheme, class T, class Space>
-void forward(const Space& exec, const AttentionArgs<T>& a) {
+void forward(const Space& exec, const AttentionArgs<T>& a, Precision precision = Precision::native) {
+  if (precision == Precision::bf16) {
+    if constexpr (std::is_same_v<T, float>)
+      return mma::forward<Scheme>(exec, a);
+    else
+      fail<value_error>("hybridseq::kernels::attention::forward", "bf16 products take float inputs, got ", sizeof(T),
+                        "-byte scalars");
+  }
   if constexpr (tiled::runs_on<Space>)
     tiled::forward<Scheme, T>(exec, a);
   else
