@@ -53,3 +53,10 @@ if(Kokkos_DEVICES MATCHES "CUDA" AND NOT TARGET hybridseq::cublas)
   set_target_properties(hybridseq::cublas PROPERTIES INTERFACE_LINK_LIBRARIES CUDA::cublas
                                                      INTERFACE_COMPILE_DEFINITIONS HYBRIDSEQ_WITH_CUBLAS)
 endif()
+# DSS's convolution on a Cuda Kokkos (kernels/dss_cufft.hpp), as target hybridseq::cufft.
+if(Kokkos_DEVICES MATCHES "CUDA" AND NOT TARGET hybridseq::cufft)
+  find_dependency(CUDAToolkit)
+  add_library(hybridseq::cufft INTERFACE IMPORTED)
+  set_target_properties(hybridseq::cufft PROPERTIES INTERFACE_LINK_LIBRARIES CUDA::cufft
+                                                    INTERFACE_COMPILE_DEFINITIONS HYBRIDSEQ_WITH_CUFFT)
+endif()

@@ -10,13 +10,17 @@
 //                                    4·visible·Dh per head (QKᵀ and PV over the visible scores)
 //   attention_fwd_bwd/causal/B/T     forward + backward, counted 3.5× the forward (FlashAttention's
 //                                    count: backward 2.5×)
-//   attention_fwd_bf16/causal/B/T    the forward on tensor cores (Q, K, V, P rounded to bf16, fp32
-//                                    accumulation; kernels/attention/mma_attention.hpp), same count
+//   attention_{fwd,fwd_bwd}_bf16/…   the same on tensor cores (operands rounded to bf16, fp32
+//                                    accumulation; kernels/attention/mma_attention.hpp), same counts
 //   selective_scan_fwd/B/T/Di        N = 16, chunk 64: GB/s of the traffic the scan cannot avoid
 //                                    (u, Δ, B, C read; y and the chunk checkpoints written); the
 //                                    script reads it against the copy's GB/s
 //   selective_scan_fwd_bwd/B/T/Di    forward + backward (also dy, the checkpoints read, du, Δ's
 //                                    gradient written)
+//   gss_fwd_bwd/<fft|scan>/B/T       the GSS branch (E 1024: F 4096, H 256, N 512), B·T = 16384
+//                                    tokens, forward + backward, its sequence mixing by cuFFT or
+//                                    by the chunked scan (GssOptions::mixing): tokens/s, the
+//                                    measurement for the default on devices (now the scan)
 //   train_step/transformer/B/T       a 135 M-parameter NeoX Transformer (V 32768, D 768, 12 layers
 //                                    of 12 heads × 64, MLP 3072, full RoPE): zero_grad, forward,
 //                                    loss, backward, global-norm clipping, AdamW, as the Trainer
@@ -32,6 +36,7 @@
 #include <hybridseq/core.hpp>
 #include <hybridseq/kernels/attention/attention.hpp>
 #include <hybridseq/kernels/gemm.hpp>
+#include <hybridseq/layers/gss.hpp>
 #include <hybridseq/models/transformer.hpp>
 
 #include "registry.hpp"
@@ -82,18 +87,41 @@ constexpr int attention_heads = 16, attention_tokens = 16384;
 
 template <bool Backward, att::Precision precision = att::Precision::native>
 void attention(benchmark::State& state) {
-  static_assert(!Backward || precision == att::Precision::native, "the bf16 kernel is a forward");
   const std::int64_t t = state.range(0), b = attention_tokens / t;
   AttentionProblem<Space> p(t, b, attention_heads);
   const auto args = p.args();
   const auto grads = p.grads();
   const auto call = [&] {
     att::forward<att::Causal, float>(Space{}, args, precision);
-    if constexpr (Backward) att::backward<att::Causal, float>(Space{}, args, grads);
+    if constexpr (Backward) att::backward<att::Causal, float>(Space{}, args, grads, precision);
   };
   time_fenced(state, call);
   const double forward_flop = 4.0 * double(att::visible_entries<att::Causal>(t)) * p.head_dim * p.heads * double(b);
   state.counters["TFLOP/s"] = per_second((Backward ? 3.5 : 1.0) * forward_flop * 1e-12);
+  state.counters["B"] = double(b);
+}
+
+template <kernels::DssAlgorithm Mixing>
+void gss(benchmark::State& state) {
+  const std::int64_t t = state.range(0), b = attention_tokens / t;
+  using Gss = layers::Gss<layers::gss_shape(1024), float, Space>;
+  typename Gss::Options options;
+  options.mixing = Mixing;
+  Gss layer(options);
+  core::initialize(layer, 7);
+  constexpr int e = Gss::d_in;
+  Tensor<float***, Space> x("x", b, t, e), y("y", b, t, e), dy("dy", b, t, e), dx("dx", b, t, e);
+  core::fill(Space{}, core::flat(x), core::Init::normal(1.0), 7, 1);
+  core::fill(Space{}, core::flat(dy), core::Init::normal(1.0), 7, 2);
+  core::Workspace<Space> ws;
+  const auto call = [&] {
+    ws.release({});
+    typename Gss::Saved saved;
+    layer.forward(ws, x, y, saved);
+    layer.backward(ws, saved, dy, dx);
+  };
+  time_fenced(state, call);
+  state.counters["tokens/s"] = per_second(double(b * t));
   state.counters["B"] = double(b);
 }
 
@@ -181,6 +209,11 @@ const Registration registration([] {
         ->ArgName("T")
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("attention_fwd_bwd_bf16/causal", attention<true, att::Precision::bf16>)
+        ->Arg(t)
+        ->ArgName("T")
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("selective_scan_fwd", selective_scan<false>)
       ->Args({8, 2048, 2048})
@@ -192,6 +225,18 @@ const Registration registration([] {
       ->ArgNames({"B", "T", "Di"})
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
+  for (int t : {1024, 4096}) {
+    benchmark::RegisterBenchmark("gss_fwd_bwd/fft", gss<kernels::DssAlgorithm::fft>)
+        ->Arg(t)
+        ->ArgName("T")
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("gss_fwd_bwd/scan", gss<kernels::DssAlgorithm::scan>)
+        ->Arg(t)
+        ->ArgName("T")
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
   benchmark::RegisterBenchmark("train_step/transformer", train_step)
       ->Args({8, 1024, 0})
       ->Args({8, 1024, 1})

@@ -36,6 +36,7 @@
 #include "../core/check.hpp"
 #include "../core/spaces.hpp"
 #include "../core/workspace.hpp"
+#include "dss_cufft.hpp"
 #include "elementwise.hpp"
 #include "gemm.hpp"
 
@@ -840,10 +841,18 @@ std::size_t dss_kernel_backward_scratch(std::int64_t len, int h, int n, std::int
 }
 
 /// Scratch of dss_conv_fft_forward (backward = false) or _backward for u (b, len, h) on
-/// `concurrency` threads: the twiddles and one lane-buffer block per worker (dss_conv_fft_launch).
+/// `concurrency` threads: the twiddles and one lane-buffer block per worker (dss_conv_fft_launch);
+/// on Kokkos::Cuda with cuFFT, the padded rows, spectra and cuFFT's work area (dss_cufft.hpp).
 template <class T, class Space>
 std::size_t dss_conv_fft_scratch(std::int64_t b, std::int64_t len, std::int64_t h, int concurrency, bool backward) {
   if (len == 0 || h == 0 || (!backward && b == 0)) return 0;
+#if HYBRIDSEQ_DSS_CUFFT
+  if constexpr (std::is_same_v<Space, Kokkos::Cuda>) {
+    if (b == 0) return 0;
+    return backward ? cufft_conv::backward_scratch<T>(b, h, dss_fft_size(len))
+                    : cufft_conv::forward_scratch<T>(b, h, dss_fft_size(len));
+  }
+#endif
   constexpr std::int64_t lanes = detail::DssConvFft<T, Space>::W;
   const std::int64_t m = dss_fft_size(len),
                      workers = std::min<std::int64_t>(concurrency, (h + 2 * lanes - 1) / (2 * lanes));
@@ -1070,8 +1079,8 @@ void dss_kernel_backward(const Space& exec, core::Workspace<Space>& ws, const Ds
                        detail::DssLambdaFromKernelGrad<T, Space>{modes.c, acc, g.lambda});
 }
 
-/// y (B, L, H) = causal_conv(K, u) + D ⊙ u, per channel by FFT.
-/// Scratch: 2·M (twiddles) + workers × 3·2·M·4 reals, M = dss_fft_size(L).
+/// y (B, L, H) = causal_conv(K, u) + D ⊙ u, per channel by FFT (on Kokkos::Cuda by cuFFT
+/// where the build has it: dss_cufft.hpp). Scratch: dss_conv_fft_scratch.
 template <class T, class Space>
 void dss_conv_fft_forward(const Space& exec, core::Workspace<Space>& ws, TensorArg<const T**, Space> k,
                           TensorArg<const T***, Space> u, TensorArg<const T*, Space> d, TensorArg<T***, Space> y) {
@@ -1081,12 +1090,16 @@ void dss_conv_fft_forward(const Space& exec, core::Workspace<Space>& ws, TensorA
   core::check_shape(api, "d", d, core::dim(h));
   core::check_shape(api, "y", y, core::dim(u.extent(0)), core::dim(len), core::dim(h));
   if (len == 0 || u.extent(0) == 0 || h == 0) return;
+#if HYBRIDSEQ_DSS_CUFFT
+  if constexpr (std::is_same_v<Space, Kokkos::Cuda>)
+    return cufft_conv::forward<T>(exec, ws, k, u, d, y, dss_fft_size(len));
+#endif
   detail::dss_conv_fft_launch<T>(exec, ws, detail::DssConvFft<T, Space>{k, u, d, {}, y, {}, {}, {}, {}, 0, 0, false},
                                  "hybridseq::kernels::dss::conv_fft_forward");
 }
 
 /// Backward of `dss_conv_fft_forward`: du += ∂L/∂u, dk = ∂L/∂K (overwritten), dd += ∂L/∂D.
-/// Scratch: 2·M + workers × 5·2·M·4 reals.
+/// Scratch: dss_conv_fft_scratch.
 template <class T, class Space>
 void dss_conv_fft_backward(const Space& exec, core::Workspace<Space>& ws, TensorArg<const T**, Space> k,
                            TensorArg<const T***, Space> u, TensorArg<const T*, Space> d,
@@ -1100,6 +1113,12 @@ void dss_conv_fft_backward(const Space& exec, core::Workspace<Space>& ws, Tensor
   core::check_same_shape(api, "u", u, "dy", dy);
   core::check_same_shape(api, "u", u, "du", du);
   if (len == 0 || h == 0) return;
+#if HYBRIDSEQ_DSS_CUFFT
+  if constexpr (std::is_same_v<Space, Kokkos::Cuda>) {
+    if (u.extent(0) == 0) return Kokkos::deep_copy(exec, dk, T(0));
+    return cufft_conv::backward<T>(exec, ws, k, u, d, dy, du, dk, dd, dss_fft_size(len));
+  }
+#endif
   detail::dss_conv_fft_launch<T>(exec, ws, detail::DssConvFft<T, Space>{k, u, d, dy, du, dk, dd, {}, {}, 0, 0, true},
                                  "hybridseq::kernels::dss::conv_fft_backward");
 }

@@ -54,11 +54,11 @@ struct AttentionOptions {
   double rope_base = 10000.0;
   std::int64_t max_cache = 4096;  // decoding: KV-cache capacity per sequence
   double dropout = 0;             // on the attention probabilities, in training passes
-  /// The forward's products: native (in the layer's scalar type) or bf16 (Q, K, V and the
-  /// probabilities rounded to bf16, fp32 accumulation: tensor cores on a GPU; float layers
-  /// only). Backward runs the native kernel from the bf16 forward's O and LSE, so a training
-  /// step's gradients carry the forward's bf16 rounding. On host spaces bf16 runs an emulation
-  /// of the tensor cores that is far slower than native: it is there to compare against.
+  /// The attention products: native (in the layer's scalar type) or bf16 (operands rounded to
+  /// bf16, fp32 accumulation: tensor cores on a GPU; float layers only; the backward on tensor
+  /// cores up to head dim 64, the native kernel from the bf16 forward's O and LSE above). On
+  /// host spaces bf16 runs an emulation of the tensor cores that is far slower than native: it
+  /// is there to compare against.
   kernels::attention::Precision precision = kernels::attention::Precision::native;
 };
 
@@ -300,7 +300,8 @@ class AttentionCore {
     Tensor<T*, Space> dalpha;
     if constexpr (S.score == Score::cosine)
       dalpha = ws.template allocate<T*>("attention.dalpha", r.batch * S.heads * nq);
-    kernels::attention::backward<Scheme, T>(Space{}, args(r), {g.d_o, g.dq, g.dk, g.dv, delta.data(), dalpha.data()});
+    kernels::attention::backward<Scheme, T>(Space{}, args(r), {g.d_o, g.dq, g.dk, g.dv, delta.data(), dalpha.data()},
+                                            precision_);
     Space().fence();
     if constexpr (S.score == Score::cosine) accumulate_scale_grad(dalpha, r.batch, nq);
   }

@@ -2,8 +2,8 @@
 /// \file
 /// The attention kernels' entry points: the tiled host kernels (tiled_attention.hpp) on
 /// execution spaces whose memory the host reads, the portable team kernels
-/// (team_attention.hpp) elsewhere (Kokkos::Cuda). Same arguments, same results. A forward
-/// asked for in bf16 runs the tensor-core kernel (mma_attention.hpp) instead.
+/// (team_attention.hpp) elsewhere (Kokkos::Cuda). Same arguments, same results. Asked for in
+/// bf16, they run the tensor-core kernels (mma_attention.hpp) instead.
 
 #include <type_traits>
 
@@ -13,9 +13,9 @@
 
 namespace hybridseq::kernels::attention {
 
-/// What the forward's products take as inputs: the scalar type itself, or Q, K, V and the
-/// probabilities rounded to bfloat16 with fp32 accumulation (float only; tensor cores on a GPU,
-/// an emulation of them on host spaces that is there to test against, not to be fast).
+/// What the products take as inputs: the scalar type itself, or their operands (Q, K, V, dO,
+/// the probabilities, dS) rounded to bfloat16 with fp32 accumulation (float only; tensor cores
+/// on a GPU, an emulation of them on host spaces that is there to test against, not to be fast).
 enum class Precision { native, bf16 };
 
 /// O and LSE for every query row (see AttentionArgs).
@@ -35,9 +35,20 @@ void forward(const Space& exec, const AttentionArgs<T>& a, Precision precision =
 }
 
 /// dQ, dK, dV (overwritten) from dO, and, when g.dalpha is set, the per-(b, h, query tile)
-/// partial sums of ∂L/∂α (sum them over b and tiles for each head).
+/// partial sums of ∂L/∂α (sum them over b and tiles for each head). In bf16, from a bf16
+/// forward's O and LSE: the tensor-core backward for head dims up to mma::max_backward_head_dim,
+/// the native kernels above that.
 template <class Scheme, class T, class Space>
-void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads<T>& g) {
+void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads<T>& g,
+              Precision precision = Precision::native) {
+  if (precision == Precision::bf16) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (a.head_dim <= mma::max_backward_head_dim) return mma::backward<Scheme>(exec, a, g);
+    } else {
+      fail<value_error>("hybridseq::kernels::attention::backward", "bf16 products take float inputs, got ", sizeof(T),
+                        "-byte scalars");
+    }
+  }
   if constexpr (tiled::runs_on<Space>)
     tiled::backward<Scheme, T>(exec, a, g);
   else

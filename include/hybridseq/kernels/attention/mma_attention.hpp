@@ -1,17 +1,24 @@
 #pragma once
 /// \file
-/// Attention forward on tensor cores: Q, K, V and the probabilities rounded to bfloat16, every
-/// product accumulated in fp32 (`mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32`), the softmax
-/// statistics, output and LSE in fp32. Same arguments and outputs as the fp32 kernels
-/// (AttentionArgs<float>: every segment scheme, GQA, dropout, the per-head score multiplier).
+/// Attention on tensor cores: Q, K, V, dO and the probabilities (and dS) rounded to bfloat16,
+/// every product accumulated in fp32 (`mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32`), the
+/// softmax statistics, outputs and gradients in fp32. Same arguments and outputs as the fp32
+/// kernels (AttentionArgs<float>: every segment scheme, GQA, dropout, the per-head multiplier
+/// and its gradient partials).
 ///
-/// Work split (FlashAttention-2's): a team of four warps per (batch, head, 64 query rows); a
-/// warp owns 16 query rows, their Q fragments, scores, running max and sum and output
-/// accumulators in registers. Per block of 64 keys the team stages K (row-major) and Vᵀ in
-/// team scratch as bf16 pairs; each warp computes S = Q·Kᵀ (16 × 64, eight m16n8 tiles),
-/// rescales and exponentiates in registers (a row's 16 lanes-values reduced across the four
-/// lanes that hold it), and adds P·V with P taken straight from S's accumulators: the C
-/// fragment of two adjacent m16n8 tiles is the A fragment of one m16n8k16 product.
+/// Work split (FlashAttention-2's), a team of four warps, each warp 16 rows of the team's 64:
+///   forward     a team per (batch, head, 64 query rows). Per block of 64 keys the team stages
+///               K and Vᵀ in team scratch as bf16 pairs; a warp computes S = Q·Kᵀ (eight m16n8
+///               tiles), rescales and exponentiates in registers (a row's values are spread
+///               over the four lanes of a quad, combined by shuffles), and adds P·V with P taken
+///               straight from S's accumulators: the C fragments of two adjacent m16n8 tiles
+///               are the A fragment of one m16n8k16 product.
+///   backward 1  a team per (batch, kv head, 64 key rows), a warp 16 keys with their K and V
+///               fragments: per head of the group and block of 64 queries, Sᵀ = K·Qᵀ and
+///               dPᵀ = V·dOᵀ, then dV += Pᵀ·dO and dK += α·dSᵀ·Q from those accumulators.
+///   backward 2  a team per (batch, head, 64 query rows): S = Q·Kᵀ, dP = dO·Vᵀ, dQ += α·dS·K,
+///               and the temperature's partial, summed lane by lane in a fixed order.
+/// No gradient row has two writers: deterministic without atomics, like the fp32 kernels.
 ///
 /// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), lane l, g = l / 4, c = l % 4,
 /// each 32-bit register two bf16 of adjacent k (the lower k in the low half):
@@ -27,6 +34,8 @@
 /// reference, not a fast host path: host users want the fp32 tiled kernel.
 
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "../../core/error.hpp"
 #include "../exp.hpp"
@@ -153,25 +162,132 @@ KOKKOS_INLINE_FUNCTION void quad_all_reduce(const Get& v, const Op& op) {
   }
 }
 
-/// One lane's share of its warp's 16 query rows: rows g and g + 8.
+/// The A fragments of 16 rows of a (B, T, heads, Dh) buffer — rows r0 + g and r0 + g + 8 of lane
+/// t, −1 past the block — for KT k-steps of 16 dims, rounded to bf16; zeros past the head dim.
+template <int KT>
+KOKKOS_INLINE_FUNCTION void load_a(std::uint32_t (&f)[KT][4], const HeadRows<const float>& from, std::int64_t b,
+                                   std::int64_t t0, int h, std::int64_t row0, std::int64_t row1, int dh, int c) {
+  const auto pair = [&](std::int64_t r, int d) -> std::uint32_t {
+    if (r < 0 || d >= dh) return 0;
+    const float* x = from.row(b, t0 + r, h);
+    return pack(x[d], d + 1 < dh ? x[d + 1] : 0.0f);
+  };
+  HYBRIDSEQ_DEVICE_UNROLL
+  for (int k = 0; k < KT; ++k) {
+    f[k][0] = pair(row0, 16 * k + 2 * c);
+    f[k][1] = pair(row1, 16 * k + 2 * c);
+    f[k][2] = pair(row0, 16 * k + 8 + 2 * c);
+    f[k][3] = pair(row1, 16 * k + 8 + 2 * c);
+  }
+}
+
+/// The A fragment for k-step k of a 16 × 16·KT operand held as C fragments c[2·KT][4] (the
+/// accumulators of a previous product), rounded to bf16.
+template <int N>
+KOKKOS_INLINE_FUNCTION FragA a_of_c(const float (&c)[N][4], int k) {
+  return {{pack(c[2 * k][0], c[2 * k][1]), pack(c[2 * k][2], c[2 * k][3]), pack(c[2 * k + 1][0], c[2 * k + 1][1]),
+           pack(c[2 * k + 1][2], c[2 * k + 1][3])}};
+}
+
+/// acc (16 × 8·NT) += A (16 × 16·KT) · B on every warp, B's column n lying in `cols` from
+/// word n · stride on as bf16 pairs along k. a(slot, k) gives the lane's A fragment of k-step
+/// k; acc(slot) its C fragments, float[NT][4].
+template <class Space, int NT, int KT, class Acc, class A>
+KOKKOS_INLINE_FUNCTION void product(const TeamMember<Space>& team, const Acc& acc, const A& a,
+                                    const std::uint32_t* cols, int stride) {
+  HYBRIDSEQ_DEVICE_UNROLL
+  for (int k = 0; k < KT; ++k) {
+    HYBRIDSEQ_DEVICE_UNROLL
+    for (int j = 0; j < NT; ++j)
+      mma<Space>(
+          team, [&](int, int s) { return acc(s)[j]; }, [&](int, int s) { return a(s, k); },
+          [&](int t, int) {
+            const std::uint32_t* col = cols + (8 * j + (t % lanes) / 4) * stride + 8 * k + t % 4;
+            return FragB{{col[0], col[4]}};
+          });
+  }
+}
+
+template <int N>
+KOKKOS_INLINE_FUNCTION void zero(float (&c)[N][4]) {
+  HYBRIDSEQ_DEVICE_UNROLL
+  for (int j = 0; j < N; ++j) {
+    HYBRIDSEQ_DEVICE_UNROLL
+    for (int e = 0; e < 4; ++e) c[j][e] = 0;
+  }
+}
+
+/// Stages `count` rows t0.. of head h (of `block` ≥ count; zeros past count and the head dim)
+/// in team scratch as bf16 pairs, `stride` words per row:
+///   by_rows  row r's dims in pairs (d, d + 1) from word r · stride on: B columns of a product
+///            over the head dim (Q·Kᵀ's keys);
+///   by_dims  dim d's rows in pairs (r, r + 1) from word d · stride on: B columns of a product
+///            over the rows (P·V's dims).
+template <int DH, class Member>
+KOKKOS_INLINE_FUNCTION void stage_by_rows(const Member& team, const HeadRows<const float>& from, std::int64_t b,
+                                          std::int64_t t0, int h, std::int64_t count, int block, int dh,
+                                          std::uint32_t* to, int stride) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, block * (DH / 2)), [&](const int e) {
+    const int r = e / (DH / 2), d = 2 * (e % (DH / 2));
+    float lo = 0, hi = 0;
+    if (r < count && d < dh) {
+      const float* x = from.row(b, t0 + r, h);
+      lo = x[d];
+      hi = d + 1 < dh ? x[d + 1] : 0.0f;
+    }
+    to[r * stride + d / 2] = pack(lo, hi);
+  });
+}
+template <int DH, class Member>
+KOKKOS_INLINE_FUNCTION void stage_by_dims(const Member& team, const HeadRows<const float>& from, std::int64_t b,
+                                          std::int64_t t0, int h, std::int64_t count, int block, int dh,
+                                          std::uint32_t* to, int stride) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, (block / 2) * DH), [&](const int e) {
+    const int d = e % DH, r = 2 * (e / DH);
+    float lo = 0, hi = 0;
+    if (d < dh) {
+      if (r < count) lo = from.row(b, t0 + r, h)[d];
+      if (r + 1 < count) hi = from.row(b, t0 + r + 1, h)[d];
+    }
+    to[d * stride + r / 2] = pack(lo, hi);
+  });
+}
+
+/// Words per staged row: half the row's values, plus 4 so that a fragment load's 32 lanes
+/// (rows g = 0..7 at word offsets c = 0..3) fall in 32 distinct banks.
+constexpr int stride_for(int values) {
+  return values / 2 + 4;
+}
+
+/// Row r (0 .. 16·warps − 1) of a team's block that lane t's half (0: row g, 1: row g + 8)
+/// holds, or −1 past the block's `rows`.
+KOKKOS_INLINE_FUNCTION std::int64_t row_of(int t, int half, std::int64_t rows) {
+  const std::int64_t r = (t / lanes) * 16 + (t % lanes) / 4 + 8 * half;
+  return r < rows ? r : -1;
+}
+
+/// Column of C-fragment element (j, e) of lane t: 8j + 2(t mod 4) + e.
+KOKKOS_INLINE_FUNCTION int col_of(int t, int j, int e) {
+  return 8 * j + 2 * (t % 4) + e;
+}
+
+/// One lane's share of its warp's 16 query rows (forward): rows g and g + 8.
 template <int DH>
-struct Lane {
-  std::uint32_t q[DH / 16][4];  // A fragments of Q, by k-step
-  float s[tile_k / 8][4];       // a key block's scores, then probabilities (C fragments)
-  float o[DH / 8][4];           // the output rows' accumulators (C fragments)
+struct ForwardLane {
+  std::uint32_t q[DH / 16][4];  // A fragments of Q
+  float s[tile_k / 8][4];       // a key block's scores, then probabilities
+  float o[DH / 8][4];           // the output rows' accumulators
   float m[2], l[2];             // running max; this lane's part of the running sum
   float block_max[2];
 };
 
-/// Forward for one (batch, head, 64 query rows); DH (32, 64, 128) bounds the head dim, the
-/// dims past it zero.
+/// Forward for one (batch, head, 64 query rows); DH (32, 64, 128) bounds the head dim.
 template <class Scheme, class Space, int DH>
 struct Forward {
   AttentionArgs<float> a;
   std::int64_t n_qtiles;
 
-  static constexpr int k_stride = DH / 2 + 4;      // words per staged key row: conflict-free B loads
-  static constexpr int v_stride = tile_k / 2 + 4;  // words per staged Vᵀ row (a head dim)
+  static constexpr int k_stride = stride_for(DH), v_stride = stride_for(tile_k);
 
   static std::size_t scratch_bytes() {
     return team::detail::padded(4 * std::size_t(tile_k) * k_stride) +
@@ -187,99 +303,51 @@ struct Forward {
     const float alpha = a.alpha[h];
     std::uint32_t* ks = team::detail::scratch<std::uint32_t>(team, std::int64_t(tile_k) * k_stride);
     std::uint32_t* vt = team::detail::scratch<std::uint32_t>(team, std::int64_t(DH) * v_stride);
-    Lane<DH> st[slots<Space>];
+    ForwardLane<DH> st[slots<Space>];
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
-    // Row r (0 .. 63) of the block, or −1 past the queries.
-    const auto row_of = [&](int t, int half) -> std::int64_t {
-      const std::int64_t r = (t / lanes) * 16 + (t % lanes) / 4 + 8 * half;
-      return r < rows ? r : -1;
-    };
-    const auto q_pair = [&](std::int64_t r, int d) -> std::uint32_t {
-      if (r < 0 || d >= dh) return 0;
-      const float* q = a.q.row(b, i0 + r, h);
-      return pack(q[d], d + 1 < dh ? q[d + 1] : 0.0f);
-    };
     each_lane<Space>(team, [&](int t, int s) {
-      Lane<DH>& x = st[s];
-      const int c = t % 4;
-      const std::int64_t r0 = row_of(t, 0), r1 = row_of(t, 1);
-      HYBRIDSEQ_DEVICE_UNROLL
-      for (int k = 0; k < DH / 16; ++k) {
-        x.q[k][0] = q_pair(r0, 16 * k + 2 * c);
-        x.q[k][1] = q_pair(r1, 16 * k + 2 * c);
-        x.q[k][2] = q_pair(r0, 16 * k + 8 + 2 * c);
-        x.q[k][3] = q_pair(r1, 16 * k + 8 + 2 * c);
-      }
-      HYBRIDSEQ_DEVICE_UNROLL
-      for (int j = 0; j < DH / 8; ++j) HYBRIDSEQ_DEVICE_UNROLL
-      for (int e = 0; e < 4; ++e) x.o[j][e] = 0;
-      HYBRIDSEQ_DEVICE_UNROLL
-      for (int half = 0; half < 2; ++half) x.m[half] = attention::detail::neg_inf<float>(), x.l[half] = 0;
+      ForwardLane<DH>& x = st[s];
+      load_a(x.q, a.q, b, i0, h, row_of(t, 0, rows), row_of(t, 1, rows), dh, t % 4);
+      zero(x.o);
+      x.m[0] = x.m[1] = neg_inf;
+      x.l[0] = x.l[1] = 0;
     });
 
     const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
     for (std::int64_t k0 = kb; k0 < ke; k0 += tile_k) {
       const std::int64_t cols = ke - k0 < tile_k ? ke - k0 : tile_k;
       team.team_barrier();  // every lane is done with the previous block
-      // K row-major in pairs of dims; Vᵀ in pairs of keys. Past the block and the head dim: zeros.
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, tile_k * (DH / 2)), [&](const int e) {
-        const int key = e / (DH / 2), d = 2 * (e % (DH / 2));
-        float lo = 0, hi = 0;
-        if (key < cols && d < dh) {
-          const float* k = a.k.row(b, k0 + key, hk);
-          lo = k[d];
-          hi = d + 1 < dh ? k[d + 1] : 0.0f;
-        }
-        ks[key * k_stride + d / 2] = pack(lo, hi);
-      });
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, (tile_k / 2) * DH), [&](const int e) {
-        const int d = e % DH, key = 2 * (e / DH);
-        float lo = 0, hi = 0;
-        if (d < dh) {
-          if (key < cols) lo = a.v.row(b, k0 + key, hk)[d];
-          if (key + 1 < cols) hi = a.v.row(b, k0 + key + 1, hk)[d];
-        }
-        vt[d * v_stride + key / 2] = pack(lo, hi);
-      });
+      stage_by_rows<DH>(team, a.k, b, k0, hk, cols, tile_k, dh, ks, k_stride);
+      stage_by_dims<DH>(team, a.v, b, k0, hk, cols, tile_k, dh, vt, v_stride);
       team.team_barrier();
 
-      // S = Q·Kᵀ: eight 16 × 8 tiles of keys, DH / 16 k-steps each.
-      each_lane<Space>(team, [&](int, int s) {
-        HYBRIDSEQ_DEVICE_UNROLL
-        for (int j = 0; j < tile_k / 8; ++j) HYBRIDSEQ_DEVICE_UNROLL
-        for (int e = 0; e < 4; ++e) st[s].s[j][e] = 0;
-      });
-      HYBRIDSEQ_DEVICE_UNROLL
-      for (int k = 0; k < DH / 16; ++k) {
-        HYBRIDSEQ_DEVICE_UNROLL
-        for (int j = 0; j < tile_k / 8; ++j)
-          mma<Space>(
-              team, [&](int, int s) { return st[s].s[j]; },
-              [&](int, int s) {
-                return FragA{{st[s].q[k][0], st[s].q[k][1], st[s].q[k][2], st[s].q[k][3]}};
-              },
-              [&](int t, int) {
-                const std::uint32_t* row = ks + (8 * j + (t % lanes) / 4) * k_stride + 8 * k + t % 4;
-                return FragB{{row[0], row[4]}};
-              });
-      }
+      each_lane<Space>(team, [&](int, int s) { zero(st[s].s); });
+      product<Space, tile_k / 8, DH / 16>(
+          team, [&](int s) -> auto& { return st[s].s; },
+          [&](int s, int k) {
+            return FragA{{st[s].q[k][0], st[s].q[k][1], st[s].q[k][2], st[s].q[k][3]}};
+          },
+          ks, k_stride);
 
       // Scale, mask and the block's row maxima.
       each_lane<Space>(team, [&](int t, int s) {
-        Lane<DH>& x = st[s];
+        ForwardLane<DH>& x = st[s];
         HYBRIDSEQ_DEVICE_UNROLL
         for (int half = 0; half < 2; ++half) {
-          const std::int64_t r = row_of(t, half);
+          const std::int64_t r = row_of(t, half, rows);
           std::int64_t c0 = 0, c1 = 0;
           if (r >= 0) team::detail::visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
           float mx = x.m[half];
           HYBRIDSEQ_DEVICE_UNROLL
-          for (int j = 0; j < tile_k / 8; ++j) HYBRIDSEQ_DEVICE_UNROLL
-          for (int e = 0; e < 2; ++e) {
-            const int col = 8 * j + 2 * (t % 4) + e;
-            const float v = col >= c0 && col < c1 ? alpha * x.s[j][2 * half + e] : attention::detail::neg_inf<float>();
-            x.s[j][2 * half + e] = v;
-            mx = v > mx ? v : mx;
+          for (int j = 0; j < tile_k / 8; ++j) {
+            HYBRIDSEQ_DEVICE_UNROLL
+            for (int e = 0; e < 2; ++e) {
+              const int col = col_of(t, j, e);
+              const float v = col >= c0 && col < c1 ? alpha * x.s[j][2 * half + e] : neg_inf;
+              x.s[j][2 * half + e] = v;
+              mx = v > mx ? v : mx;
+            }
           }
           x.block_max[half] = mx;
         }
@@ -290,33 +358,33 @@ struct Forward {
 
       // Probabilities, the sums and the output's correction.
       each_lane<Space>(team, [&](int t, int s) {
-        Lane<DH>& x = st[s];
+        ForwardLane<DH>& x = st[s];
         HYBRIDSEQ_DEVICE_UNROLL
         for (int half = 0; half < 2; ++half) {
           const float mx = x.block_max[half];
-          if (mx == attention::detail::neg_inf<float>()) {  // nothing visible yet: P = 0
-            HYBRIDSEQ_DEVICE_UNROLL
-            for (int j = 0; j < tile_k / 8; ++j) x.s[j][2 * half] = x.s[j][2 * half + 1] = 0;
-            continue;
-          }
-          const float correction = math::exp(x.m[half] - mx);  // 0 on the first visible block
+          const bool none = mx == neg_inf;  // nothing visible yet: P = 0, nothing to correct
+          const float correction = none ? 1.0f : math::exp(x.m[half] - mx);  // 0 on the first visible block
           x.m[half] = mx;
           float sum = 0;
           HYBRIDSEQ_DEVICE_UNROLL
-          for (int j = 0; j < tile_k / 8; ++j) HYBRIDSEQ_DEVICE_UNROLL
-          for (int e = 0; e < 2; ++e) {
-            float& v = x.s[j][2 * half + e];
-            v = v == attention::detail::neg_inf<float>() ? 0.0f : exp_in_loop(v - mx);
-            sum += v;
+          for (int j = 0; j < tile_k / 8; ++j) {
+            HYBRIDSEQ_DEVICE_UNROLL
+            for (int e = 0; e < 2; ++e) {
+              float& v = x.s[j][2 * half + e];
+              v = v == neg_inf ? 0.0f : exp_in_loop(v - mx);
+              sum += v;
+            }
           }
           x.l[half] = x.l[half] * correction + sum;
-          if (a.dropout.active()) {  // after the sum: the normaliser is the undropped one
-            const std::int64_t i = i0 + row_of(t, half);
+          if (a.dropout.active() && !none) {  // after the sum: the normaliser is the undropped one
+            const std::int64_t i = i0 + row_of(t, half, rows);
             HYBRIDSEQ_DEVICE_UNROLL
-            for (int j = 0; j < tile_k / 8; ++j) HYBRIDSEQ_DEVICE_UNROLL
-            for (int e = 0; e < 2; ++e) {
-              const int col = 8 * j + 2 * (t % 4) + e;
-              if (col < cols) x.s[j][2 * half + e] *= a.dropout_factor(b, h, i, k0 + col);
+            for (int j = 0; j < tile_k / 8; ++j) {
+              HYBRIDSEQ_DEVICE_UNROLL
+              for (int e = 0; e < 2; ++e) {
+                const int col = col_of(t, j, e);
+                if (col < cols) x.s[j][2 * half + e] *= a.dropout_factor(b, h, i, k0 + col);
+              }
             }
           }
           HYBRIDSEQ_DEVICE_UNROLL
@@ -324,41 +392,30 @@ struct Forward {
         }
       });
 
-      // O += P·V: P's A fragment for keys 16k .. 16k + 15 is S's C fragments of tiles 2k, 2k + 1.
-      HYBRIDSEQ_DEVICE_UNROLL
-      for (int k = 0; k < tile_k / 16; ++k) {
-        HYBRIDSEQ_DEVICE_UNROLL
-        for (int j = 0; j < DH / 8; ++j)
-          mma<Space>(
-              team, [&](int, int s) { return st[s].o[j]; },
-              [&](int, int s) {
-                const float(&p0)[4] = st[s].s[2 * k];
-                const float(&p1)[4] = st[s].s[2 * k + 1];
-                return FragA{{pack(p0[0], p0[1]), pack(p0[2], p0[3]), pack(p1[0], p1[1]), pack(p1[2], p1[3])}};
-              },
-              [&](int t, int) {
-                const std::uint32_t* row = vt + (8 * j + (t % lanes) / 4) * v_stride + 8 * k + t % 4;
-                return FragB{{row[0], row[4]}};
-              });
-      }
+      // O += P·V, P's A fragments straight from S's C fragments.
+      product<Space, DH / 8, tile_k / 16>(
+          team, [&](int s) -> auto& { return st[s].o; }, [&](int s, int k) { return a_of_c(st[s].s, k); }, vt,
+          v_stride);
     }
 
     const auto sum_op = [](float u, float v) { return u + v; };
     quad_all_reduce<Space>([&](int s) -> float& { return st[s].l[0]; }, sum_op);
     quad_all_reduce<Space>([&](int s) -> float& { return st[s].l[1]; }, sum_op);
     each_lane<Space>(team, [&](int t, int s) {
-      const Lane<DH>& x = st[s];
+      const ForwardLane<DH>& x = st[s];
       HYBRIDSEQ_DEVICE_UNROLL
       for (int half = 0; half < 2; ++half) {
-        const std::int64_t r = row_of(t, half);
+        const std::int64_t r = row_of(t, half, rows);
         if (r < 0) continue;
         const float inv = 1.0f / x.l[half];
         float* o = a.o.row(b, i0 + r, h);
         HYBRIDSEQ_DEVICE_UNROLL
-        for (int j = 0; j < DH / 8; ++j) HYBRIDSEQ_DEVICE_UNROLL
-        for (int e = 0; e < 2; ++e) {
-          const int d = 8 * j + 2 * (t % 4) + e;
-          if (d < dh) o[d] = x.o[j][2 * half + e] * inv;
+        for (int j = 0; j < DH / 8; ++j) {
+          HYBRIDSEQ_DEVICE_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            const int d = col_of(t, j, e);
+            if (d < dh) o[d] = x.o[j][2 * half + e] * inv;
+          }
         }
         if (t % 4 == 0) a.lse[(b * a.heads + h) * a.tq + i0 + r] = x.m[half] + math::log(x.l[half]);
       }
@@ -366,33 +423,332 @@ struct Forward {
   }
 };
 
+/// One lane's share of its warp's 16 key rows (dK, dV).
+template <int DH, int QB>
+struct KeyLane {
+  std::uint32_t k[DH / 16][4], v[DH / 16][4];  // A fragments of K and V
+  float s[QB / 8][4];                          // Sᵀ of a query block, then P·dropout
+  float dp[QB / 8][4];                         // dPᵀ = V·dOᵀ, then α·dSᵀ
+  float dk[DH / 8][4], dv[DH / 8][4];
+};
+
+/// dK, dV for one (batch, kv head, 64 key rows), summed over the group's heads and the query
+/// blocks that see the keys: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, dV += (P·dropout)ᵀ·dO, dK += α·dSᵀ·Q.
+/// DH (32, 64) bounds the head dim; query blocks of 32 rows at DH = 64 (with 64, Sᵀ and dPᵀ
+/// beside K, V, dK and dV spilled registers).
+template <class Scheme, class Space, int DH>
+struct BackwardKV {
+  AttentionArgs<float> a;
+  AttentionGrads<float> g;
+  std::int64_t n_ktiles;
+
+  static constexpr int qb = DH > 32 ? 32 : 64;  // query rows per step
+  static constexpr int row_stride = stride_for(DH), dim_stride = stride_for(qb);
+
+  static std::size_t scratch_bytes() {
+    return 2 * team::detail::padded(4 * std::size_t(qb) * row_stride) +
+           2 * team::detail::padded(4 * std::size_t(DH) * dim_stride) + 2 * team::detail::padded(4 * qb);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
+    const std::int64_t task = team.league_rank(), kt = task % n_ktiles, bh = task / n_ktiles;
+    const int hk = int(bh % a.kv_heads), dh = a.head_dim, group = a.heads / a.kv_heads;
+    const std::int64_t b = bh / a.kv_heads, n = a.tk, k0 = kt * tile_k;
+    const std::int64_t cols = n - k0 < tile_k ? n - k0 : tile_k;
+    std::uint32_t* q_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(qb) * row_stride);
+    std::uint32_t* do_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(qb) * row_stride);
+    std::uint32_t* q_dims = team::detail::scratch<std::uint32_t>(team, std::int64_t(DH) * dim_stride);
+    std::uint32_t* do_dims = team::detail::scratch<std::uint32_t>(team, std::int64_t(DH) * dim_stride);
+    float* lse = team::detail::scratch<float>(team, qb);
+    float* delta = team::detail::scratch<float>(team, qb);
+    KeyLane<DH, qb> st[slots<Space>];
+
+    each_lane<Space>(team, [&](int t, int s) {
+      KeyLane<DH, qb>& x = st[s];
+      const std::int64_t r0 = row_of(t, 0, cols), r1 = row_of(t, 1, cols);
+      load_a(x.k, a.k, b, k0, hk, r0, r1, dh, t % 4);
+      load_a(x.v, a.v, b, k0, hk, r0, r1, dh, t % 4);
+      zero(x.dk);
+      zero(x.dv);
+    });
+    const std::int64_t i_begin = attention::detail::first_query_seeing<Scheme>(k0, a.q0, a.tq, n);
+    const std::int64_t i_end = attention::detail::end_query_seeing<Scheme>(k0 + cols, a.q0, a.tq, n);
+    for (int h = hk * group; h < (hk + 1) * group; ++h) {
+      const float alpha = a.alpha[h];
+      for (std::int64_t i0 = i_begin; i0 < i_end; i0 += qb) {
+        const std::int64_t rows = i_end - i0 < qb ? i_end - i0 : qb;
+        team.team_barrier();
+        stage_by_rows<DH>(team, a.q, b, i0, h, rows, qb, dh, q_rows, row_stride);
+        stage_by_rows<DH>(team, g.d_o, b, i0, h, rows, qb, dh, do_rows, row_stride);
+        stage_by_dims<DH>(team, a.q, b, i0, h, rows, qb, dh, q_dims, dim_stride);
+        stage_by_dims<DH>(team, g.d_o, b, i0, h, rows, qb, dh, do_dims, dim_stride);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
+          lse[r] = a.lse[(b * a.heads + h) * a.tq + i0 + r];
+          delta[r] = g.delta[(b * a.heads + h) * a.tq + i0 + r];
+        });
+        team.team_barrier();
+
+        each_lane<Space>(team, [&](int, int s) { zero(st[s].s), zero(st[s].dp); });
+        product<Space, qb / 8, DH / 16>(
+            team, [&](int s) -> auto& { return st[s].s; },
+            [&](int s, int k) {
+              return FragA{{st[s].k[k][0], st[s].k[k][1], st[s].k[k][2], st[s].k[k][3]}};
+            },
+            q_rows, row_stride);
+        product<Space, qb / 8, DH / 16>(
+            team, [&](int s) -> auto& { return st[s].dp; },
+            [&](int s, int k) {
+              return FragA{{st[s].v[k][0], st[s].v[k][1], st[s].v[k][2], st[s].v[k][3]}};
+            },
+            do_rows, row_stride);
+
+        each_lane<Space>(team, [&](int t, int s) {
+          KeyLane<DH, qb>& x = st[s];
+          HYBRIDSEQ_DEVICE_UNROLL
+          for (int half = 0; half < 2; ++half) {
+            const std::int64_t c = row_of(t, half, cols), key = k0 + c;
+            HYBRIDSEQ_DEVICE_UNROLL
+            for (int j = 0; j < qb / 8; ++j) {
+              HYBRIDSEQ_DEVICE_UNROLL
+              for (int e = 0; e < 2; ++e) {
+                const int r = col_of(t, j, e);
+                const std::int64_t p = a.q0 + i0 + r;
+                float& pv = x.s[j][2 * half + e];
+                float& ds = x.dp[j][2 * half + e];
+                if (c < 0 || r >= rows || key < Scheme::key_begin(p, n) || key >= Scheme::key_end(p, n)) {
+                  pv = ds = 0;
+                  continue;
+                }
+                const float prob = exp_in_loop(alpha * pv - lse[r]);
+                const float factor = a.dropout.active() ? a.dropout_factor(b, h, i0 + r, key) : 1.0f;
+                ds = alpha * prob * (ds * factor - delta[r]);
+                pv = prob * factor;
+              }
+            }
+          }
+        });
+        product<Space, DH / 8, qb / 16>(
+            team, [&](int s) -> auto& { return st[s].dv; }, [&](int s, int k) { return a_of_c(st[s].s, k); }, do_dims,
+            dim_stride);
+        product<Space, DH / 8, qb / 16>(
+            team, [&](int s) -> auto& { return st[s].dk; }, [&](int s, int k) { return a_of_c(st[s].dp, k); }, q_dims,
+            dim_stride);
+      }
+    }
+    each_lane<Space>(team, [&](int t, int s) {
+      const KeyLane<DH, qb>& x = st[s];
+      HYBRIDSEQ_DEVICE_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        const std::int64_t c = row_of(t, half, cols);
+        if (c < 0) continue;
+        float* dk = g.dk.row(b, k0 + c, hk);
+        float* dv = g.dv.row(b, k0 + c, hk);
+        HYBRIDSEQ_DEVICE_UNROLL
+        for (int j = 0; j < DH / 8; ++j) {
+          HYBRIDSEQ_DEVICE_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            const int d = col_of(t, j, e);
+            if (d < dh) dk[d] = x.dk[j][2 * half + e], dv[d] = x.dv[j][2 * half + e];
+          }
+        }
+      }
+    });
+  }
+};
+
+/// One lane's share of its warp's 16 query rows (dQ).
+template <int DH>
+struct QueryLane {
+  std::uint32_t q[DH / 16][4], d_o[DH / 16][4];  // A fragments of Q and dO
+  float s[tile_k / 8][4];                        // S of a key block
+  float dp[tile_k / 8][4];                       // dP = dO·Vᵀ, then α·dS
+  float dq[DH / 8][4];
+  float lse[2], delta[2];
+  double dalpha;  // this lane's Σ dS ⊙ S
+};
+
+/// dQ and the temperature partial for one (batch, head, 64 query rows): S = Q·Kᵀ,
+/// dP = dO·Vᵀ, dQ += α·dS·K. DH (32, 64) bounds the head dim.
+template <class Scheme, class Space, int DH>
+struct BackwardQ {
+  AttentionArgs<float> a;
+  AttentionGrads<float> g;
+  std::int64_t n_qtiles;
+
+  static constexpr int row_stride = stride_for(DH), dim_stride = stride_for(tile_k);
+
+  static std::size_t scratch_bytes() {
+    return 2 * team::detail::padded(4 * std::size_t(tile_k) * row_stride) +
+           team::detail::padded(4 * std::size_t(DH) * dim_stride) + team::detail::padded(sizeof(double) * threads);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
+    const std::int64_t task = team.league_rank(), qt = task % n_qtiles, bh = task / n_qtiles;
+    const int h = int(bh % a.heads), hk = h / (a.heads / a.kv_heads), dh = a.head_dim;
+    const std::int64_t b = bh / a.heads, n = a.tk, i0 = qt * tile_q;
+    const std::int64_t rows = a.tq - i0 < tile_q ? a.tq - i0 : tile_q;
+    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    const float alpha = a.alpha[h];
+    std::uint32_t* k_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(tile_k) * row_stride);
+    std::uint32_t* v_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(tile_k) * row_stride);
+    std::uint32_t* k_dims = team::detail::scratch<std::uint32_t>(team, std::int64_t(DH) * dim_stride);
+    double* dalpha = team::detail::scratch<double>(team, threads);
+    QueryLane<DH> st[slots<Space>];
+
+    each_lane<Space>(team, [&](int t, int s) {
+      QueryLane<DH>& x = st[s];
+      const std::int64_t r0 = row_of(t, 0, rows), r1 = row_of(t, 1, rows);
+      load_a(x.q, a.q, b, i0, h, r0, r1, dh, t % 4);
+      load_a(x.d_o, g.d_o, b, i0, h, r0, r1, dh, t % 4);
+      zero(x.dq);
+      HYBRIDSEQ_DEVICE_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        const std::int64_t r = half == 0 ? r0 : r1, at = (b * a.heads + h) * a.tq + i0 + (r < 0 ? 0 : r);
+        x.lse[half] = r < 0 ? 0.0f : a.lse[at];
+        x.delta[half] = r < 0 ? 0.0f : g.delta[at];
+      }
+      x.dalpha = 0;
+    });
+    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+    for (std::int64_t k0 = kb; k0 < ke; k0 += tile_k) {
+      const std::int64_t cols = ke - k0 < tile_k ? ke - k0 : tile_k;
+      team.team_barrier();
+      stage_by_rows<DH>(team, a.k, b, k0, hk, cols, tile_k, dh, k_rows, row_stride);
+      stage_by_rows<DH>(team, a.v, b, k0, hk, cols, tile_k, dh, v_rows, row_stride);
+      stage_by_dims<DH>(team, a.k, b, k0, hk, cols, tile_k, dh, k_dims, dim_stride);
+      team.team_barrier();
+
+      each_lane<Space>(team, [&](int, int s) { zero(st[s].s), zero(st[s].dp); });
+      product<Space, tile_k / 8, DH / 16>(
+          team, [&](int s) -> auto& { return st[s].s; },
+          [&](int s, int k) {
+            return FragA{{st[s].q[k][0], st[s].q[k][1], st[s].q[k][2], st[s].q[k][3]}};
+          },
+          k_rows, row_stride);
+      product<Space, tile_k / 8, DH / 16>(
+          team, [&](int s) -> auto& { return st[s].dp; },
+          [&](int s, int k) {
+            return FragA{{st[s].d_o[k][0], st[s].d_o[k][1], st[s].d_o[k][2], st[s].d_o[k][3]}};
+          },
+          v_rows, row_stride);
+
+      each_lane<Space>(team, [&](int t, int s) {
+        QueryLane<DH>& x = st[s];
+        HYBRIDSEQ_DEVICE_UNROLL
+        for (int half = 0; half < 2; ++half) {
+          const std::int64_t r = row_of(t, half, rows);
+          std::int64_t c0 = 0, c1 = 0;
+          if (r >= 0) team::detail::visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
+          HYBRIDSEQ_DEVICE_UNROLL
+          for (int j = 0; j < tile_k / 8; ++j) {
+            HYBRIDSEQ_DEVICE_UNROLL
+            for (int e = 0; e < 2; ++e) {
+              const int col = col_of(t, j, e);
+              float& ds = x.dp[j][2 * half + e];
+              if (col < c0 || col >= c1) {
+                ds = 0;
+                continue;
+              }
+              const float score = alpha * x.s[j][2 * half + e];
+              const float factor = a.dropout.active() ? a.dropout_factor(b, h, i0 + r, k0 + col) : 1.0f;
+              const float d = exp_in_loop(score - x.lse[half]) * (ds * factor - x.delta[half]);
+              x.dalpha += double(d) * double(score);
+              ds = alpha * d;
+            }
+          }
+        }
+      });
+      product<Space, DH / 8, tile_k / 16>(
+          team, [&](int s) -> auto& { return st[s].dq; }, [&](int s, int k) { return a_of_c(st[s].dp, k); }, k_dims,
+          dim_stride);
+    }
+
+    each_lane<Space>(team, [&](int t, int s) {
+      const QueryLane<DH>& x = st[s];
+      dalpha[t] = x.dalpha;
+      HYBRIDSEQ_DEVICE_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        const std::int64_t r = row_of(t, half, rows);
+        if (r < 0) continue;
+        float* dq = g.dq.row(b, i0 + r, h);
+        HYBRIDSEQ_DEVICE_UNROLL
+        for (int j = 0; j < DH / 8; ++j) {
+          HYBRIDSEQ_DEVICE_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            const int d = col_of(t, j, e);
+            if (d < dh) dq[d] = x.dq[j][2 * half + e];
+          }
+        }
+      }
+    });
+    if (g.dalpha == nullptr) return;
+    team.team_barrier();
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      double total = 0;  // lane by lane: the same order on every space
+      for (int t = 0; t < threads; ++t) total += dalpha[t];
+      g.dalpha[(b * a.heads + h) * n_qtiles + qt] = float(total / double(alpha));
+    });
+  }
+};
+
+template <class Functor, class Space>
+void launch(const char* label, const Space& exec, std::int64_t tasks, const Functor& f) {
+  if (tasks == 0) return;
+  Kokkos::TeamPolicy<Space> policy(exec, tasks, on_host<Space> ? 1 : threads);
+  Kokkos::parallel_for(label, policy.set_scratch_size(0, Kokkos::PerTeam(Functor::scratch_bytes())), f);
+}
+
+/// Calls f with the register bound for the head dim: 32, 64 or 128.
+template <class F>
+void with_bound(int head_dim, F&& f) {
+  if (head_dim <= 32) return f(std::integral_constant<int, 32>{});
+  if (head_dim <= 64) return f(std::integral_constant<int, 64>{});
+  f(std::integral_constant<int, 128>{});
+}
+
 }  // namespace detail
 
-/// The largest head dim the tensor-core kernel takes (a warp's 16 output rows of it stay in
-/// registers).
-inline constexpr int max_head_dim = 128;
+/// The largest head dim of the tensor-core forward (a warp's 16 output rows stay in
+/// registers), and of its backward (which holds K and V fragments, dK, dV, Sᵀ and dPᵀ).
+inline constexpr int max_head_dim = 128, max_backward_head_dim = 64;
 
-/// O and LSE for every query row, as attention::forward computes them in fp32, with Q, K, V
-/// and the probabilities rounded to bf16 (fp32 accumulation). Float only.
+/// O and LSE for every query row, as attention::forward computes them, with Q, K, V and the
+/// probabilities rounded to bf16 (fp32 accumulation). Float only.
 template <class Scheme, class Space>
 void forward(const Space& exec, const AttentionArgs<float>& a) {
   if (a.head_dim < 1 || a.head_dim > max_head_dim)
     fail<value_error>("hybridseq::kernels::attention::mma::forward",
                       "the bf16 tensor-core kernel takes head dims 1 to ", max_head_dim, ", got ", a.head_dim);
-  const std::int64_t nq = query_tiles(a.tq), tasks = a.batch * a.heads * nq;
-  if (tasks == 0) return;
-  const auto run = [&](auto bound) {
+  const std::int64_t nq = query_tiles(a.tq);
+  detail::with_bound(a.head_dim, [&](auto bound) {
     using F = detail::Forward<Scheme, Space, decltype(bound)::value>;
-    Kokkos::TeamPolicy<Space> policy(exec, tasks, detail::on_host<Space> ? 1 : detail::threads);
-    Kokkos::parallel_for("hybridseq::kernels::attention::forward[bf16 mma]",
-                         policy.set_scratch_size(0, Kokkos::PerTeam(F::scratch_bytes())), F{a, nq});
-  };
-  if (a.head_dim <= 32)
-    run(std::integral_constant<int, 32>{});
-  else if (a.head_dim <= 64)
-    run(std::integral_constant<int, 64>{});
-  else
-    run(std::integral_constant<int, 128>{});
+    detail::launch("hybridseq::kernels::attention::forward[bf16 mma]", exec, a.batch * a.heads * nq, F{a, nq});
+  });
+}
+
+/// dQ, dK, dV (overwritten) and the temperature partials, as attention::backward computes
+/// them, with Q, K, V, dO, the probabilities and dS rounded to bf16 for the products (fp32
+/// accumulation), from a bf16 forward's O and LSE. Deterministic: every gradient row has one
+/// writer. Float only; head dims up to max_backward_head_dim.
+template <class Scheme, class Space>
+void backward(const Space& exec, const AttentionArgs<float>& a, const AttentionGrads<float>& g) {
+  if (a.head_dim < 1 || a.head_dim > max_backward_head_dim)
+    fail<value_error>("hybridseq::kernels::attention::mma::backward",
+                      "the bf16 tensor-core kernel takes head dims 1 to ", max_backward_head_dim, ", got ", a.head_dim);
+  if (a.batch * a.tq == 0) return;
+  Kokkos::parallel_for("hybridseq::kernels::attention::delta[bf16 mma]",
+                       Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.heads * a.tq),
+                       attention::detail::Delta<float, Space>{a, g});
+  const std::int64_t nk = (a.tk + tile_k - 1) / tile_k, nq = query_tiles(a.tq);
+  detail::with_bound(a.head_dim, [&](auto bound) {
+    constexpr int DH = decltype(bound)::value;
+    if constexpr (DH <= max_backward_head_dim) {
+      detail::launch("hybridseq::kernels::attention::backward_kv[bf16 mma]", exec, a.batch * a.kv_heads * nk,
+                     detail::BackwardKV<Scheme, Space, DH>{a, g, nk});
+      detail::launch("hybridseq::kernels::attention::backward_q[bf16 mma]", exec, a.batch * a.heads * nq,
+                     detail::BackwardQ<Scheme, Space, DH>{a, g, nq});
+    }
+  });
 }
 
 }  // namespace hybridseq::kernels::attention::mma
