@@ -36,7 +36,7 @@
 #include "../core/check.hpp"
 #include "../core/spaces.hpp"
 #include "../core/workspace.hpp"
-#include "dss_cufft.hpp"
+#include "dss_batched_fft.hpp"
 #include "elementwise.hpp"
 #include "gemm.hpp"
 
@@ -842,15 +842,16 @@ std::size_t dss_kernel_backward_scratch(std::int64_t len, int h, int n, std::int
 
 /// Scratch of dss_conv_fft_forward (backward = false) or _backward for u (b, len, h) on
 /// `concurrency` threads: the twiddles and one lane-buffer block per worker (dss_conv_fft_launch);
-/// on Kokkos::Cuda with cuFFT, the padded rows, spectra and cuFFT's work area (dss_cufft.hpp).
+/// on Kokkos::Cuda with cuFFT, the padded rows, spectra and cuFFT's work area (dss_batched_fft.hpp).
 template <class T, class Space>
 std::size_t dss_conv_fft_scratch(std::int64_t b, std::int64_t len, std::int64_t h, int concurrency, bool backward) {
   if (len == 0 || h == 0 || (!backward && b == 0)) return 0;
 #if HYBRIDSEQ_DSS_CUFFT
   if constexpr (std::is_same_v<Space, Kokkos::Cuda>) {
     if (b == 0) return 0;
-    return backward ? cufft_conv::backward_scratch<T>(b, h, dss_fft_size(len))
-                    : cufft_conv::forward_scratch<T>(b, h, dss_fft_size(len));
+    const std::int64_t m = batched_fft::length(dss_fft_size(len));
+    return backward ? batched_fft::conv_backward_scratch<T, Space>(b, h, m)
+                    : batched_fft::conv_forward_scratch<T, Space>(b, h, m);
   }
 #endif
   constexpr std::int64_t lanes = detail::DssConvFft<T, Space>::W;
@@ -1080,7 +1081,7 @@ void dss_kernel_backward(const Space& exec, core::Workspace<Space>& ws, const Ds
 }
 
 /// y (B, L, H) = causal_conv(K, u) + D ⊙ u, per channel by FFT (on Kokkos::Cuda by cuFFT
-/// where the build has it: dss_cufft.hpp). Scratch: dss_conv_fft_scratch.
+/// where the build has it: dss_batched_fft.hpp). Scratch: dss_conv_fft_scratch.
 template <class T, class Space>
 void dss_conv_fft_forward(const Space& exec, core::Workspace<Space>& ws, TensorArg<const T**, Space> k,
                           TensorArg<const T***, Space> u, TensorArg<const T*, Space> d, TensorArg<T***, Space> y) {
@@ -1092,7 +1093,7 @@ void dss_conv_fft_forward(const Space& exec, core::Workspace<Space>& ws, TensorA
   if (len == 0 || u.extent(0) == 0 || h == 0) return;
 #if HYBRIDSEQ_DSS_CUFFT
   if constexpr (std::is_same_v<Space, Kokkos::Cuda>)
-    return cufft_conv::forward<T>(exec, ws, k, u, d, y, dss_fft_size(len));
+    return batched_fft::conv_forward<T, Space>(exec, ws, k, u, d, y, batched_fft::length(dss_fft_size(len)));
 #endif
   detail::dss_conv_fft_launch<T>(exec, ws, detail::DssConvFft<T, Space>{k, u, d, {}, y, {}, {}, {}, {}, 0, 0, false},
                                  "hybridseq::kernels::dss::conv_fft_forward");
@@ -1116,7 +1117,8 @@ void dss_conv_fft_backward(const Space& exec, core::Workspace<Space>& ws, Tensor
 #if HYBRIDSEQ_DSS_CUFFT
   if constexpr (std::is_same_v<Space, Kokkos::Cuda>) {
     if (u.extent(0) == 0) return Kokkos::deep_copy(exec, dk, T(0));
-    return cufft_conv::backward<T>(exec, ws, k, u, d, dy, du, dk, dd, dss_fft_size(len));
+    return batched_fft::conv_backward<T, Space>(exec, ws, k, u, d, dy, du, dk, dd,
+                                                batched_fft::length(dss_fft_size(len)));
   }
 #endif
   detail::dss_conv_fft_launch<T>(exec, ws, detail::DssConvFft<T, Space>{k, u, d, dy, du, dk, dd, {}, {}, 0, 0, true},
