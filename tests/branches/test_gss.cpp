@@ -189,8 +189,10 @@ void check_batched_conv(int b, int l, int h, double tol) {
     testing::from_vector(out, testing::to_vector(v));
     return out;
   };
-  const auto k_h = host(k, Tensor<T**, Host>("k", l, h)), d_h = host(d, Tensor<T*, Host>("d", h));
-  const auto u_h = host(u, Tensor<T***, Host>("u", b, l, h)), dy_h = host(dy, Tensor<T***, Host>("dy", b, l, h));
+  const auto k_h = host(k, Tensor<T**, Host>("k", l, h));
+  const auto d_h = host(d, Tensor<T*, Host>("d", h));
+  const auto u_h = host(u, Tensor<T***, Host>("u", b, l, h));
+  const auto dy_h = host(dy, Tensor<T***, Host>("dy", b, l, h));
   Tensor<T***, Host> y_ref("y", b, l, h), du_ref("du", b, l, h);
   Tensor<T**, Host> dk_ref("dk", l, h);
   Tensor<T*, Host> dd_ref("dd", h);

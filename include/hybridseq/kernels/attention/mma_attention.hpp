@@ -181,6 +181,12 @@ KOKKOS_INLINE_FUNCTION void load_a(std::uint32_t (&f)[KT][4], const HeadRows<con
   }
 }
 
+/// The A fragment for k-step k of fragments held as f[KT][4] (load_a's).
+template <int KT>
+KOKKOS_INLINE_FUNCTION FragA a_of(const std::uint32_t (&f)[KT][4], int k) {
+  return {{f[k][0], f[k][1], f[k][2], f[k][3]}};
+}
+
 /// The A fragment for k-step k of a 16 × 16·KT operand held as C fragments c[2·KT][4] (the
 /// accumulators of a previous product), rounded to bf16.
 template <int N>
@@ -324,11 +330,7 @@ struct Forward {
 
       each_lane<Space>(team, [&](int, int s) { zero(st[s].s); });
       product<Space, tile_k / 8, DH / 16>(
-          team, [&](int s) -> auto& { return st[s].s; },
-          [&](int s, int k) {
-            return FragA{{st[s].q[k][0], st[s].q[k][1], st[s].q[k][2], st[s].q[k][3]}};
-          },
-          ks, k_stride);
+          team, [&](int s) -> auto& { return st[s].s; }, [&](int s, int k) { return a_of(st[s].q, k); }, ks, k_stride);
 
       // Scale, mask and the block's row maxima.
       each_lane<Space>(team, [&](int t, int s) {
@@ -490,17 +492,11 @@ struct BackwardKV {
 
         each_lane<Space>(team, [&](int, int s) { zero(st[s].s), zero(st[s].dp); });
         product<Space, qb / 8, DH / 16>(
-            team, [&](int s) -> auto& { return st[s].s; },
-            [&](int s, int k) {
-              return FragA{{st[s].k[k][0], st[s].k[k][1], st[s].k[k][2], st[s].k[k][3]}};
-            },
-            q_rows, row_stride);
+            team, [&](int s) -> auto& { return st[s].s; }, [&](int s, int k) { return a_of(st[s].k, k); }, q_rows,
+            row_stride);
         product<Space, qb / 8, DH / 16>(
-            team, [&](int s) -> auto& { return st[s].dp; },
-            [&](int s, int k) {
-              return FragA{{st[s].v[k][0], st[s].v[k][1], st[s].v[k][2], st[s].v[k][3]}};
-            },
-            do_rows, row_stride);
+            team, [&](int s) -> auto& { return st[s].dp; }, [&](int s, int k) { return a_of(st[s].v, k); }, do_rows,
+            row_stride);
 
         each_lane<Space>(team, [&](int t, int s) {
           KeyLane<DH, qb>& x = st[s];
@@ -620,17 +616,11 @@ struct BackwardQ {
 
       each_lane<Space>(team, [&](int, int s) { zero(st[s].s), zero(st[s].dp); });
       product<Space, tile_k / 8, DH / 16>(
-          team, [&](int s) -> auto& { return st[s].s; },
-          [&](int s, int k) {
-            return FragA{{st[s].q[k][0], st[s].q[k][1], st[s].q[k][2], st[s].q[k][3]}};
-          },
-          k_rows, row_stride);
+          team, [&](int s) -> auto& { return st[s].s; }, [&](int s, int k) { return a_of(st[s].q, k); }, k_rows,
+          row_stride);
       product<Space, tile_k / 8, DH / 16>(
-          team, [&](int s) -> auto& { return st[s].dp; },
-          [&](int s, int k) {
-            return FragA{{st[s].d_o[k][0], st[s].d_o[k][1], st[s].d_o[k][2], st[s].d_o[k][3]}};
-          },
-          v_rows, row_stride);
+          team, [&](int s) -> auto& { return st[s].dp; }, [&](int s, int k) { return a_of(st[s].d_o, k); }, v_rows,
+          row_stride);
 
       each_lane<Space>(team, [&](int t, int s) {
         QueryLane<DH>& x = st[s];
@@ -691,19 +681,10 @@ struct BackwardQ {
   }
 };
 
+/// Launches a team of `threads` lanes per task (one thread on host spaces).
 template <class Functor, class Space>
 void launch(const char* label, const Space& exec, std::int64_t tasks, const Functor& f) {
-  if (tasks == 0) return;
-  Kokkos::TeamPolicy<Space> policy(exec, tasks, on_host<Space> ? 1 : threads);
-  Kokkos::parallel_for(label, policy.set_scratch_size(0, Kokkos::PerTeam(Functor::scratch_bytes())), f);
-}
-
-/// Calls f with the register bound for the head dim: 32, 64 or 128.
-template <class F>
-void with_bound(int head_dim, F&& f) {
-  if (head_dim <= 32) return f(std::integral_constant<int, 32>{});
-  if (head_dim <= 64) return f(std::integral_constant<int, 64>{});
-  f(std::integral_constant<int, 128>{});
+  team::detail::launch(label, exec, tasks, threads, Functor::scratch_bytes(), f);
 }
 
 }  // namespace detail
@@ -720,7 +701,7 @@ void forward(const Space& exec, const AttentionArgs<float>& a) {
     fail<value_error>("hybridseq::kernels::attention::mma::forward",
                       "the bf16 tensor-core kernel takes head dims 1 to ", max_head_dim, ", got ", a.head_dim);
   const std::int64_t nq = query_tiles(a.tq);
-  detail::with_bound(a.head_dim, [&](auto bound) {
+  team::detail::with_register_bound<128>(a.head_dim, [&](auto bound) {
     using F = detail::Forward<Scheme, Space, decltype(bound)::value>;
     detail::launch("hybridseq::kernels::attention::forward[bf16 mma]", exec, a.batch * a.heads * nq, F{a, nq});
   });
@@ -740,7 +721,7 @@ void backward(const Space& exec, const AttentionArgs<float>& a, const AttentionG
                        Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.heads * a.tq),
                        attention::detail::Delta<float, Space>{a, g});
   const std::int64_t nk = (a.tk + tile_k - 1) / tile_k, nq = query_tiles(a.tq);
-  detail::with_bound(a.head_dim, [&](auto bound) {
+  team::detail::with_register_bound<128>(a.head_dim, [&](auto bound) {
     constexpr int DH = decltype(bound)::value;
     if constexpr (DH <= max_backward_head_dim) {
       detail::launch("hybridseq::kernels::attention::backward_kv[bf16 mma]", exec, a.batch * a.kv_heads * nk,

@@ -607,13 +607,13 @@ void launch(const char* label, const Space& exec, std::int64_t tasks, int rows, 
   Kokkos::parallel_for(label, policy.set_scratch_size(0, Kokkos::PerTeam(scratch)), f);
 }
 
-/// Calls f with the register bound for the head dim (32 or 64), or with 0 for the in-memory
-/// kernels.
-template <class F>
+/// Calls f with the register bound for the head dim (32 or 64), or with `Above` past 64 (0:
+/// the in-memory kernels here; the tensor-core kernels' 128).
+template <int Above = 0, class F>
 void with_register_bound(int head_dim, F&& f) {
   if (head_dim <= 32) return f(std::integral_constant<int, 32>{});
   if (head_dim <= 64) return f(std::integral_constant<int, 64>{});
-  f(std::integral_constant<int, 0>{});
+  f(std::integral_constant<int, Above>{});
 }
 
 }  // namespace detail
