@@ -313,10 +313,9 @@ TEST_CASE("bf16 tensor-core attention refuses what it cannot take", "[attention]
       att::mma::forward<att::Causal>(Kokkos::DefaultHostExecutionSpace{}, big.args()),
       Catch::Contains("hybridseq::kernels::attention::mma::forward") && Catch::Contains("head dims 1 to 128, got 136"));
   Packed<float> wide_heads(1, 8, 8, 2, 2, 72, 1);
-  CHECK_THROWS_WITH(att::mma::backward<att::Causal>(Kokkos::DefaultHostExecutionSpace{}, wide_heads.args(),
-                                                    wide_heads.grads()),
-                    Catch::Contains("hybridseq::kernels::attention::mma::backward") &&
-                        Catch::Contains("head dims 1 to 64, got 72"));
+  CHECK_THROWS_WITH(
+      att::mma::backward<att::Causal>(Kokkos::DefaultHostExecutionSpace{}, wide_heads.args(), wide_heads.grads()),
+      Catch::Contains("hybridseq::kernels::attention::mma::backward") && Catch::Contains("head dims 1 to 64, got 72"));
   Packed<double> wide(1, 8, 8, 2, 2, 8, 1);
   CHECK_THROWS_WITH(
       (att::forward<att::Causal, double>(Kokkos::DefaultHostExecutionSpace{}, wide.args(), att::Precision::bf16)),
