@@ -53,7 +53,7 @@ struct KernelCall {
 template <class Scheme, class Space>
 KernelCall<Space> call(std::int64_t keys, std::int64_t count = 1) {
   return {keys, Scheme::query_count(keys), att::visible_entries<Scheme>(keys), count,
-          &att::forward<Scheme, float, Space>};
+          [](const Space& exec, const att::AttentionArgs<float>& a) { att::forward<Scheme, float>(exec, a); }};
 }
 
 template <class Space>
