@@ -1,8 +1,10 @@
 #pragma once
 // One (B, T, H, Dh = 64) attention problem for the kernel benchmarks: Q, K, V packed like the
 // fused projection's rows, O, LSE and the gradients, filled with N(0, 1). The host benchmarks
-// use B = 1, H = 8; the device benchmarks GPU-sized batches and heads.
+// use B = 1, H = 8; the device benchmarks GPU-sized batches and heads. The buffers are on huge
+// pages where the host has them, as a model's are (they come from its Workspace).
 #include <cstdint>
+#include <string>
 
 #include <hybridseq/core.hpp>
 #include <hybridseq/kernels/attention/attention.hpp>
@@ -20,11 +22,11 @@ struct AttentionProblem {
       : batch(b),
         n(t),
         heads(h),
-        qkv("qkv", b * t * row()),
-        o("o", b * t * h * head_dim),
+        qkv(buffer("qkv", b * t * row())),
+        o(buffer("o", b * t * h * head_dim)),
         lse("lse", b * h * t),
-        d_o("do", b * t * h * head_dim),
-        dqkv("dqkv", b * t * row()),
+        d_o(buffer("do", b * t * h * head_dim)),
+        dqkv(buffer("dqkv", b * t * row())),
         delta("delta", b * h * t),
         alpha("alpha", h) {
     core::fill(Space{}, qkv, core::Init::normal(1.0), 1, 1);
@@ -32,6 +34,14 @@ struct AttentionProblem {
     Kokkos::deep_copy(alpha, 0.125f);
   }
   std::int64_t row() const { return 3 * std::int64_t(heads) * head_dim; }
+
+  /// A zeroed buffer, advised onto huge pages before its first touch.
+  static Tensor<float*, Space> buffer(const char* label, std::int64_t count) {
+    const Tensor<float*, Space> t(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), count);
+    core::advise_huge_pages(t);
+    Kokkos::deep_copy(t, 0.0f);
+    return t;
+  }
 
   /// Kernel arguments for `keys` ≤ n keys and the last `queries` of them as queries (a
   /// scheme's query_count: all for self-attention, M for PerceiverAR's cross-attention).

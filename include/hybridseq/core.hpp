@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/flat_tuple.hpp"
 #include "core/gradient_listener.hpp"
+#include "core/huge_pages.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/literal.hpp"
 #include "core/parallel.hpp"

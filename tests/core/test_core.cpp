@@ -3,8 +3,11 @@
 // against its naive oracle.
 #include <catch2/catch.hpp>
 
+#include <cinttypes>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <string>
@@ -194,6 +197,59 @@ HYBRIDSEQ_SPACE_TEST_CASE("workspace records exact peak bytes and rewinds", "[co
   ws.reset_peak();
   REQUIRE(ws.peak_bytes() == 0);
   (void)a;
+}
+
+namespace {
+
+/// Kilobytes of transparent huge pages backing [begin, end) of this process, from
+/// /proc/self/smaps (the AnonHugePages of every mapping that overlaps the range).
+std::int64_t huge_page_kib(std::uintptr_t begin, std::uintptr_t end) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool overlaps = false;
+  std::int64_t kib = 0;
+  while (std::getline(smaps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      overlaps = lo < end && hi > begin;
+    } else if (overlaps && line.rfind("AnonHugePages:", 0) == 0) {
+      kib += std::stoll(line.substr(14));
+    }
+  }
+  return kib;
+}
+
+/// The kernel's transparent huge page mode ("always", "madvise", "never"), empty when unknown.
+std::string huge_page_mode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string all;
+  std::getline(in, all);
+  const auto open = all.find('['), close = all.find(']');
+  return open == std::string::npos || close == std::string::npos ? "" : all.substr(open + 1, close - open - 1);
+}
+
+}  // namespace
+
+TEST_CASE("huge page advice: whole 2 MiB pages only; a workspace chunk gets them", "[core][host]") {
+  REQUIRE(core::advise_huge_pages<Kokkos::HostSpace>(nullptr, std::size_t{64} << 20) == 0);
+  std::vector<char> small(core::huge_page_bytes);  // no whole aligned huge page fits in 2 MiB at a malloc address
+  if (reinterpret_cast<std::uintptr_t>(small.data()) % core::huge_page_bytes != 0)
+    REQUIRE(core::advise_huge_pages<Kokkos::HostSpace>(small.data(), small.size()) == 0);
+
+  const std::string mode = huge_page_mode();
+  if (mode != "always" && mode != "madvise") {
+    WARN("transparent huge pages are '" << mode << "' here: only the advice's range is checked");
+    return;
+  }
+  // A fresh 16 MiB chunk, then every page touched: the advice came before the first touch, so
+  // the kernel backs the advised range with huge pages (under "madvise" nothing else would).
+  core::Workspace<Kokkos::Serial> ws(std::size_t{16} << 20);
+  auto t = ws.allocate<float*>("t", (std::size_t{16} << 20) / sizeof(float));
+  Kokkos::deep_copy(t, 1.0f);
+  const auto begin = reinterpret_cast<std::uintptr_t>(t.data());
+  const std::int64_t kib = huge_page_kib(begin, begin + (std::size_t{16} << 20));
+  INFO("AnonHugePages over the chunk: " << kib << " KiB (mode " << mode << ")");
+  REQUIRE(kib >= 2048);
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("workspace footprints pad like the arena; reserve sizes it up front", "[core]") {

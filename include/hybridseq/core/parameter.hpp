@@ -30,6 +30,7 @@
 #include <utility>
 
 #include "error.hpp"
+#include "huge_pages.hpp"
 #include "parallel.hpp"
 #include "rng.hpp"
 #include "spaces.hpp"
@@ -295,6 +296,8 @@ void make_contiguous(Module& module) {
     if (total == 0 || runs == 1) return;  // nothing to move, or already contiguous (a second Trainer)
     const Tensor<T*, Space> values(Kokkos::view_alloc("hybridseq::params", Kokkos::WithoutInitializing), total);
     const Tensor<T*, Space> grads(Kokkos::view_alloc("hybridseq::grads", Kokkos::WithoutInitializing), total);
+    advise_huge_pages(values);
+    advise_huge_pages(grads);
     std::int64_t at = 0;
     for_each_parameter_in_storage_order(module, [&](std::string_view, auto& p) {
       // An empty parameter keeps its own (empty) storage: a slice would share the next one's

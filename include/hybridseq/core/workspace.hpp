@@ -20,6 +20,7 @@
 
 #include "dropout.hpp"
 #include "error.hpp"
+#include "huge_pages.hpp"
 #include "kokkos_compat.hpp"
 #include "parallel.hpp"
 #include "spaces.hpp"
@@ -226,6 +227,7 @@ class Workspace {
   void add_chunk(std::size_t bytes) {
     chunks_.emplace_back(Kokkos::view_alloc(Kokkos::WithoutInitializing, "hybridseq::core::Workspace::chunk"),
                          std::max(chunk_bytes_, bytes));
+    advise_huge_pages(chunks_.back());
   }
 
   std::size_t label_id(std::string_view label) {
