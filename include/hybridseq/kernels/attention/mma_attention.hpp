@@ -301,11 +301,10 @@ struct Forward {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
-    const std::int64_t task = team.league_rank(), qt = task % n_qtiles, bh = task / n_qtiles;
-    const int h = int(bh % a.heads), hk = h / (a.heads / a.kv_heads), dh = a.head_dim;
-    const std::int64_t b = bh / a.heads, n = a.tk, i0 = qt * tile_q;
-    const std::int64_t rows = a.tq - i0 < tile_q ? a.tq - i0 : tile_q;
-    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    const QueryTile tile(a, team.league_rank(), n_qtiles);
+    const std::int64_t b = tile.b, i0 = tile.i0, rows = tile.rows, p_first = tile.p_first, p_last = tile.p_last;
+    const int h = tile.h, hk = tile.hk, dh = a.head_dim;
+    const std::int64_t n = a.tk;
     const float alpha = a.alpha[h];
     std::uint32_t* ks = team::detail::scratch<std::uint32_t>(team, std::int64_t(tile_k) * k_stride);
     std::uint32_t* vt = team::detail::scratch<std::uint32_t>(team, std::int64_t(DH) * v_stride);
@@ -453,10 +452,9 @@ struct BackwardKV {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
-    const std::int64_t task = team.league_rank(), kt = task % n_ktiles, bh = task / n_ktiles;
-    const int hk = int(bh % a.kv_heads), dh = a.head_dim, group = a.heads / a.kv_heads;
-    const std::int64_t b = bh / a.kv_heads, n = a.tk, k0 = kt * tile_k;
-    const std::int64_t cols = n - k0 < tile_k ? n - k0 : tile_k;
+    const KeyTile tile(a, team.league_rank(), n_ktiles);
+    const std::int64_t b = tile.b, k0 = tile.k0, cols = tile.cols, n = a.tk;
+    const int hk = tile.hk, dh = a.head_dim, group = a.heads / a.kv_heads;
     std::uint32_t* q_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(qb) * row_stride);
     std::uint32_t* do_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(qb) * row_stride);
     std::uint32_t* q_dims = team::detail::scratch<std::uint32_t>(team, std::int64_t(DH) * dim_stride);
@@ -579,11 +577,10 @@ struct BackwardQ {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
-    const std::int64_t task = team.league_rank(), qt = task % n_qtiles, bh = task / n_qtiles;
-    const int h = int(bh % a.heads), hk = h / (a.heads / a.kv_heads), dh = a.head_dim;
-    const std::int64_t b = bh / a.heads, n = a.tk, i0 = qt * tile_q;
-    const std::int64_t rows = a.tq - i0 < tile_q ? a.tq - i0 : tile_q;
-    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    const QueryTile tile(a, team.league_rank(), n_qtiles);
+    const std::int64_t b = tile.b, i0 = tile.i0, rows = tile.rows, p_first = tile.p_first, p_last = tile.p_last;
+    const int h = tile.h, hk = tile.hk, dh = a.head_dim;
+    const std::int64_t n = a.tk;
     const float alpha = a.alpha[h];
     std::uint32_t* k_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(tile_k) * row_stride);
     std::uint32_t* v_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(tile_k) * row_stride);
@@ -676,7 +673,7 @@ struct BackwardQ {
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
       double total = 0;  // lane by lane: the same order on every space
       for (int t = 0; t < threads; ++t) total += dalpha[t];
-      g.dalpha[(b * a.heads + h) * n_qtiles + qt] = float(total / double(alpha));
+      g.dalpha[(b * a.heads + h) * n_qtiles + tile.qt] = float(total / double(alpha));
     });
   }
 };

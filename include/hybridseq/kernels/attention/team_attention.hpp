@@ -144,11 +144,10 @@ struct Forward {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
-    const std::int64_t task = team.league_rank(), qt = task % n_qtiles, bh = task / n_qtiles;
-    const int h = int(bh % a.heads), hk = h / (a.heads / a.kv_heads), dh = a.head_dim;
-    const std::int64_t b = bh / a.heads, n = a.tk, i0 = qt * tile_q;
-    const std::int64_t rows = a.tq - i0 < tile_q ? a.tq - i0 : tile_q;
-    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    const QueryTile tile(a, team.league_rank(), n_qtiles);
+    const std::int64_t b = tile.b, i0 = tile.i0, rows = tile.rows, p_first = tile.p_first, p_last = tile.p_last;
+    const int h = tile.h, hk = tile.hk, dh = a.head_dim;
+    const std::int64_t n = a.tk;
     const T alpha = a.alpha[h];
     T* ks = scratch<T>(team, std::int64_t(kt) * dh);
     T* vs = scratch<T>(team, std::int64_t(kt) * dh);
@@ -219,10 +218,9 @@ struct BackwardKV {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
-    const std::int64_t task = team.league_rank(), kt = task % n_ktiles, bh = task / n_ktiles;
-    const int hk = int(bh % a.kv_heads), dh = a.head_dim, group = a.heads / a.kv_heads;
-    const std::int64_t b = bh / a.kv_heads, n = a.tk, k0 = kt * tile_k;
-    const std::int64_t cols = n - k0 < tile_k ? n - k0 : tile_k;
+    const KeyTile tile(a, team.league_rank(), n_ktiles);
+    const std::int64_t b = tile.b, k0 = tile.k0, cols = tile.cols, n = a.tk;
+    const int hk = tile.hk, dh = a.head_dim, group = a.heads / a.kv_heads;
     T* qs = scratch<T>(team, std::int64_t(qt) * dh);
     T* dos = scratch<T>(team, std::int64_t(qt) * dh);
     T* lse = scratch<T>(team, qt);
@@ -281,11 +279,10 @@ struct BackwardQ {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
-    const std::int64_t task = team.league_rank(), qt = task % n_qtiles, bh = task / n_qtiles;
-    const int h = int(bh % a.heads), hk = h / (a.heads / a.kv_heads), dh = a.head_dim;
-    const std::int64_t b = bh / a.heads, n = a.tk, i0 = qt * tile_q;
-    const std::int64_t rows = a.tq - i0 < tile_q ? a.tq - i0 : tile_q;
-    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    const QueryTile tile(a, team.league_rank(), n_qtiles);
+    const std::int64_t b = tile.b, i0 = tile.i0, rows = tile.rows, p_first = tile.p_first, p_last = tile.p_last;
+    const int h = tile.h, hk = tile.hk, dh = a.head_dim;
+    const std::int64_t n = a.tk;
     const T alpha = a.alpha[h];
     double* dalpha = scratch<double>(team, tile_q);  // Σ_j dS ⊙ S of each row
     T* ks = scratch<T>(team, std::int64_t(kt) * dh);
@@ -324,7 +321,7 @@ struct BackwardQ {
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r, double& sum) { sum += dalpha[r]; }, total);
     Kokkos::single(Kokkos::PerTeam(team),
-                   [&]() { g.dalpha[(b * a.heads + h) * n_qtiles + qt] = T(total / double(alpha)); });
+                   [&]() { g.dalpha[(b * a.heads + h) * n_qtiles + tile.qt] = T(total / double(alpha)); });
   }
 };
 
@@ -367,11 +364,10 @@ struct Forward {
   static std::size_t scratch_bytes() { return 2 * padded(sizeof(T) * key_block * DH); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
-    const std::int64_t task = team.league_rank(), qt = task % n_qtiles, bh = task / n_qtiles;
-    const int h = int(bh % a.heads), hk = h / (a.heads / a.kv_heads), dh = a.head_dim;
-    const std::int64_t b = bh / a.heads, n = a.tk, i0 = qt * tile_q;
-    const std::int64_t rows = a.tq - i0 < tile_q ? a.tq - i0 : tile_q;
-    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    const QueryTile tile(a, team.league_rank(), n_qtiles);
+    const std::int64_t b = tile.b, i0 = tile.i0, rows = tile.rows, p_first = tile.p_first, p_last = tile.p_last;
+    const int h = tile.h, hk = tile.hk, dh = a.head_dim;
+    const std::int64_t n = a.tk;
     const T alpha = a.alpha[h];
     T* ks = scratch<T>(team, std::int64_t(key_block) * DH);
     T* vs = scratch<T>(team, std::int64_t(key_block) * DH);
@@ -453,10 +449,9 @@ struct BackwardKV {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
-    const std::int64_t task = team.league_rank(), kt = task % n_ktiles, bh = task / n_ktiles;
-    const int hk = int(bh % a.kv_heads), dh = a.head_dim, group = a.heads / a.kv_heads;
-    const std::int64_t b = bh / a.kv_heads, n = a.tk, k0 = kt * tile_k;
-    const std::int64_t cols = n - k0 < tile_k ? n - k0 : tile_k;
+    const KeyTile tile(a, team.league_rank(), n_ktiles);
+    const std::int64_t b = tile.b, k0 = tile.k0, cols = tile.cols, n = a.tk;
+    const int hk = tile.hk, dh = a.head_dim, group = a.heads / a.kv_heads;
     T* qs = scratch<T>(team, std::int64_t(query_block) * DH);
     T* dos = scratch<T>(team, std::int64_t(query_block) * DH);
     T* lse = scratch<T>(team, query_block);
@@ -531,11 +526,10 @@ struct BackwardQ {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
-    const std::int64_t task = team.league_rank(), qt = task % n_qtiles, bh = task / n_qtiles;
-    const int h = int(bh % a.heads), hk = h / (a.heads / a.kv_heads), dh = a.head_dim;
-    const std::int64_t b = bh / a.heads, n = a.tk, i0 = qt * tile_q;
-    const std::int64_t rows = a.tq - i0 < tile_q ? a.tq - i0 : tile_q;
-    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    const QueryTile tile(a, team.league_rank(), n_qtiles);
+    const std::int64_t b = tile.b, i0 = tile.i0, rows = tile.rows, p_first = tile.p_first, p_last = tile.p_last;
+    const int h = tile.h, hk = tile.hk, dh = a.head_dim;
+    const std::int64_t n = a.tk;
     const T alpha = a.alpha[h];
     double* dalpha = scratch<double>(team, tile_q);  // Σ_j dS ⊙ S of each row
     T* ks = scratch<T>(team, std::int64_t(key_block) * DH);
@@ -595,7 +589,7 @@ struct BackwardQ {
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r, double& sum) { sum += dalpha[r]; }, total);
     Kokkos::single(Kokkos::PerTeam(team),
-                   [&]() { g.dalpha[(b * a.heads + h) * n_qtiles + qt] = T(total / double(alpha)); });
+                   [&]() { g.dalpha[(b * a.heads + h) * n_qtiles + tile.qt] = T(total / double(alpha)); });
   }
 };
 }  // namespace in_registers

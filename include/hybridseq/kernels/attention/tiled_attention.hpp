@@ -91,6 +91,38 @@ struct AttentionGrads {
 inline constexpr int tile_q = 64;
 inline constexpr int tile_k = 64;
 
+/// The query tile one task of a launch over query tiles works on. Tasks enumerate (batch, head,
+/// query tile), the tile fastest, so that consecutive tasks read the same keys and values.
+struct QueryTile {
+  std::int64_t qt, b, i0, rows;  // tile index, batch, first query row, rows (the last tile's may be short)
+  std::int64_t p_first, p_last;  // positions of its first and last query
+  int h, hk;                     // head, and the kv head it reads
+  template <class T>
+  KOKKOS_INLINE_FUNCTION QueryTile(const AttentionArgs<T>& a, std::int64_t task, std::int64_t n_qtiles)
+      : qt(task % n_qtiles),
+        b(task / n_qtiles / a.heads),
+        i0(qt * tile_q),
+        rows(a.tq - i0 < tile_q ? a.tq - i0 : tile_q),
+        p_first(a.q0 + i0),
+        p_last(p_first + rows - 1),
+        h(int(task / n_qtiles % a.heads)),
+        hk(h / (a.heads / a.kv_heads)) {}
+};
+
+/// The key tile one task of a launch over key tiles (dK, dV) works on: (batch, kv head, key
+/// tile), the tile fastest.
+struct KeyTile {
+  std::int64_t kt, b, k0, cols;  // tile index, batch, first key, keys (the last tile's may be short)
+  int hk;                        // kv head
+  template <class T>
+  KOKKOS_INLINE_FUNCTION KeyTile(const AttentionArgs<T>& a, std::int64_t task, std::int64_t n_ktiles)
+      : kt(task % n_ktiles),
+        b(task / n_ktiles / a.kv_heads),
+        k0(kt * tile_k),
+        cols(a.tk - k0 < tile_k ? a.tk - k0 : tile_k),
+        hk(int(task / n_ktiles % a.kv_heads)) {}
+};
+
 namespace detail {
 
 template <class Space>
@@ -246,14 +278,10 @@ struct Forward {
 
   template <class S, class Member>
   HYBRIDSEQ_HOST_FORCEINLINE void run(S shape, const Member& team) const {
-    const std::int64_t task = team.league_rank();
-    const std::int64_t qt = task % n_qtiles, bh = task / n_qtiles;
-    const int h = int(bh % a.heads);
-    const std::int64_t b = bh / a.heads;
-    const int hk = h / (a.heads / a.kv_heads);
-    const int dh = a.head_dim;
-    const std::int64_t n = a.tk, i0 = qt * tile_q, rows = std::min<std::int64_t>(tile_q, a.tq - i0);
-    const std::int64_t p_first = a.q0 + i0, p_last = p_first + rows - 1;
+    const QueryTile tile(a, team.league_rank(), n_qtiles);
+    const std::int64_t b = tile.b, i0 = tile.i0, rows = tile.rows, p_first = tile.p_first, p_last = tile.p_last;
+    const int h = tile.h, hk = tile.hk, dh = a.head_dim;
+    const std::int64_t n = a.tk;
     // The query lanes the tile products and the softmax run over: the rows rounded up to whole
     // vectors, so that a short tile (a decoding step's one row) costs a vector, not a tile.
     const int lanes = int((rows + S::lanes - 1) / S::lanes * S::lanes);
