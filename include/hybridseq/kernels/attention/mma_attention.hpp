@@ -195,12 +195,22 @@ KOKKOS_INLINE_FUNCTION FragA a_of_c(const float (&c)[N][4], int k) {
            pack(c[2 * k + 1][2], c[2 * k + 1][3])}};
 }
 
-/// acc (16 × 8·NT) += A (16 × 16·KT) · B on every warp, B's column n lying in `cols` from
-/// word n · stride on as bf16 pairs along k. a(slot, k) gives the lane's A fragment of k-step
-/// k; acc(slot) its C fragments, float[NT][4].
-template <class Space, int NT, int KT, class Acc, class A>
+template <int N>
+KOKKOS_INLINE_FUNCTION void zero(float (&c)[N][4]) {
+  HYBRIDSEQ_DEVICE_UNROLL
+  for (int j = 0; j < N; ++j) {
+    HYBRIDSEQ_DEVICE_UNROLL
+    for (int e = 0; e < 4; ++e) c[j][e] = 0;
+  }
+}
+
+/// acc (16 × 8·NT) += A (16 × 16·KT) · B on every warp (or =, for Write::assign), B's column
+/// n lying in `cols` from word n · stride on as bf16 pairs along k. a(slot, k) gives the lane's
+/// A fragment of k-step k; acc(slot) its C fragments, float[NT][4].
+template <class Space, int NT, int KT, Write W = Write::add, class Acc, class A>
 KOKKOS_INLINE_FUNCTION void product(const TeamMember<Space>& team, const Acc& acc, const A& a,
                                     const std::uint32_t* cols, int stride) {
+  if constexpr (W == Write::assign) each_lane<Space>(team, [&](int, int s) { zero(acc(s)); });
   HYBRIDSEQ_DEVICE_UNROLL
   for (int k = 0; k < KT; ++k) {
     HYBRIDSEQ_DEVICE_UNROLL
@@ -211,15 +221,6 @@ KOKKOS_INLINE_FUNCTION void product(const TeamMember<Space>& team, const Acc& ac
             const std::uint32_t* col = cols + (8 * j + (t % lanes) / 4) * stride + 8 * k + t % 4;
             return FragB{{col[0], col[4]}};
           });
-  }
-}
-
-template <int N>
-KOKKOS_INLINE_FUNCTION void zero(float (&c)[N][4]) {
-  HYBRIDSEQ_DEVICE_UNROLL
-  for (int j = 0; j < N; ++j) {
-    HYBRIDSEQ_DEVICE_UNROLL
-    for (int e = 0; e < 4; ++e) c[j][e] = 0;
   }
 }
 
@@ -327,8 +328,7 @@ struct Forward {
       stage_by_dims<DH>(team, a.v, b, k0, hk, cols, tile_k, dh, vt, v_stride);
       team.team_barrier();
 
-      each_lane<Space>(team, [&](int, int s) { zero(st[s].s); });
-      product<Space, tile_k / 8, DH / 16>(
+      product<Space, tile_k / 8, DH / 16, Write::assign>(
           team, [&](int s) -> auto& { return st[s].s; }, [&](int s, int k) { return a_of(st[s].q, k); }, ks, k_stride);
 
       // Scale, mask and the block's row maxima.
@@ -488,11 +488,10 @@ struct BackwardKV {
         });
         team.team_barrier();
 
-        each_lane<Space>(team, [&](int, int s) { zero(st[s].s), zero(st[s].dp); });
-        product<Space, qb / 8, DH / 16>(
+        product<Space, qb / 8, DH / 16, Write::assign>(
             team, [&](int s) -> auto& { return st[s].s; }, [&](int s, int k) { return a_of(st[s].k, k); }, q_rows,
             row_stride);
-        product<Space, qb / 8, DH / 16>(
+        product<Space, qb / 8, DH / 16, Write::assign>(
             team, [&](int s) -> auto& { return st[s].dp; }, [&](int s, int k) { return a_of(st[s].v, k); }, do_rows,
             row_stride);
 
@@ -611,11 +610,10 @@ struct BackwardQ {
       stage_by_dims<DH>(team, a.k, b, k0, hk, cols, tile_k, dh, k_dims, dim_stride);
       team.team_barrier();
 
-      each_lane<Space>(team, [&](int, int s) { zero(st[s].s), zero(st[s].dp); });
-      product<Space, tile_k / 8, DH / 16>(
+      product<Space, tile_k / 8, DH / 16, Write::assign>(
           team, [&](int s) -> auto& { return st[s].s; }, [&](int s, int k) { return a_of(st[s].q, k); }, k_rows,
           row_stride);
-      product<Space, tile_k / 8, DH / 16>(
+      product<Space, tile_k / 8, DH / 16, Write::assign>(
           team, [&](int s) -> auto& { return st[s].dp; }, [&](int s, int k) { return a_of(st[s].d_o, k); }, v_rows,
           row_stride);
 
