@@ -177,8 +177,8 @@ void check_batched_conv(int b, int l, int h, double tol) {
     const std::int64_t m = kernels::batched_fft::length(kernels::dss_fft_size(l));
     kernels::batched_fft::conv_forward<T, Space>(exec, ws, k, u, d, y, m);
     kernels::batched_fft::conv_backward<T, Space>(exec, ws, k, u, d, dy, du, dk, dd, m);
-    CHECK(ws.peak_bytes() == std::max(kernels::batched_fft::conv_forward_scratch<T, Space>(b, h, m),
-                                      kernels::batched_fft::conv_backward_scratch<T, Space>(b, h, m)));
+    CHECK(ws.peak_bytes() == std::max(kernels::batched_fft::conv_scratch<T, Space>(b, h, m, false),
+                                      kernels::batched_fft::conv_scratch<T, Space>(b, h, m, true)));
   } else {
     kernels::dss_conv_fft_forward<T>(exec, ws, k, u, d, y);
     kernels::dss_conv_fft_backward<T>(exec, ws, k, u, d, dy, du, dk, dd);

@@ -850,8 +850,7 @@ std::size_t dss_conv_fft_scratch(std::int64_t b, std::int64_t len, std::int64_t 
   if constexpr (std::is_same_v<Space, Kokkos::Cuda>) {
     if (b == 0) return 0;
     const std::int64_t m = batched_fft::length(dss_fft_size(len));
-    return backward ? batched_fft::conv_backward_scratch<T, Space>(b, h, m)
-                    : batched_fft::conv_forward_scratch<T, Space>(b, h, m);
+    return batched_fft::conv_scratch<T, Space>(b, h, m, backward);
   }
 #endif
   constexpr std::int64_t lanes = detail::DssConvFft<T, Space>::W;

@@ -254,22 +254,39 @@ void multiply(const Space& exec, T* z, const T* w, std::int64_t rows, std::int64
       });
 }
 
+/// The workspace buffers of one convolution call, in the order they are allocated: x (b·h rows
+/// of m reals), the spectra Uf (b·h) and, backward, dYf, then Kf (h) and, backward, dKf (each
+/// f = m/2 + 1 complex), and the transforms' work area. `bytes` is what they take: the scratch
+/// query.
+template <class T, class Space>
+struct Buffers {
+  T *x, *uf, *dyf, *kf, *dkf, *work;  // dyf, dkf: null forward
+
+  static std::size_t bytes(std::int64_t b, std::int64_t h, std::int64_t m, bool backward) {
+    const std::int64_t f = m / 2 + 1;
+    const std::size_t spectra = core::padded_bytes<T>(2 * b * h * f) + core::padded_bytes<T>(2 * h * f);
+    return core::padded_bytes<T>(b * h * m) + (backward ? 2 : 1) * spectra +
+           core::padded_bytes<T>(work_reals<T, Space>(b, h, m));
+  }
+
+  Buffers(core::Workspace<Space>& ws, std::int64_t b, std::int64_t h, std::int64_t m, bool backward) {
+    const std::int64_t f = m / 2 + 1;
+    x = ws.template allocate<T*>("batched_fft.x", b * h * m).data();
+    uf = ws.template allocate<T*>("batched_fft.uf", 2 * b * h * f).data();
+    dyf = backward ? ws.template allocate<T*>("batched_fft.dyf", 2 * b * h * f).data() : nullptr;
+    kf = ws.template allocate<T*>("batched_fft.kf", 2 * h * f).data();
+    dkf = backward ? ws.template allocate<T*>("batched_fft.dkf", 2 * h * f).data() : nullptr;
+    work = ws.template allocate<T*>("batched_fft.work", work_reals<T, Space>(b, h, m)).data();
+  }
+};
+
 }  // namespace detail
 
-/// Workspace bytes of `conv_forward` for u (b, ·, h) at transform length m = length(…).
+/// Workspace bytes of `conv_forward` (backward = false) or `conv_backward` (true) for u
+/// (b, ·, h) at transform length m = length(…).
 template <class T, class Space>
-std::size_t conv_forward_scratch(std::int64_t b, std::int64_t h, std::int64_t m) {
-  const std::int64_t f = m / 2 + 1;
-  return core::padded_bytes<T>(b * h * m) + core::padded_bytes<T>(2 * b * h * f) + core::padded_bytes<T>(2 * h * f) +
-         core::padded_bytes<T>(detail::work_reals<T, Space>(b, h, m));
-}
-
-/// Workspace bytes of `conv_backward`.
-template <class T, class Space>
-std::size_t conv_backward_scratch(std::int64_t b, std::int64_t h, std::int64_t m) {
-  const std::int64_t f = m / 2 + 1;
-  return core::padded_bytes<T>(b * h * m) + 2 * core::padded_bytes<T>(2 * b * h * f) +
-         2 * core::padded_bytes<T>(2 * h * f) + core::padded_bytes<T>(detail::work_reals<T, Space>(b, h, m));
+std::size_t conv_scratch(std::int64_t b, std::int64_t h, std::int64_t m, bool backward) {
+  return detail::Buffers<T, Space>::bytes(b, h, m, backward);
 }
 
 /// y (b, len, h) = causal_conv(K, u) + D ⊙ u, with b, len, h ≥ 1 and m = length(dss_fft_size(len)).
@@ -281,10 +298,8 @@ void conv_forward(const Space& exec, core::Workspace<Space>& ws, const Tensor<co
   constexpr auto r2c = Direction::real_to_complex, c2r = Direction::complex_to_real;
   core::WorkspaceScope scope(ws);
   const std::int64_t b = u.extent(0), len = u.extent(1), h = u.extent(2), f = m / 2 + 1;
-  T* x = ws.template allocate<T*>("batched_fft.x", b * h * m).data();
-  T* uf = ws.template allocate<T*>("batched_fft.uf", 2 * b * h * f).data();
-  T* kf = ws.template allocate<T*>("batched_fft.kf", 2 * h * f).data();
-  T* work = ws.template allocate<T*>("batched_fft.work", detail::work_reals<T, Space>(b, h, m)).data();
+  const detail::Buffers<T, Space> buffers(ws, b, h, m, false);
+  T *x = buffers.x, *uf = buffers.uf, *kf = buffers.kf, *work = buffers.work;
   detail::pack_kernel<T>(exec, k, x, m);
   transform<T>(exec, r2c, m, h, x, kf, work);
   detail::pack<T>(exec, u, x, m);
@@ -309,12 +324,8 @@ void conv_backward(const Space& exec, core::Workspace<Space>& ws, const Tensor<c
   constexpr auto r2c = Direction::real_to_complex, c2r = Direction::complex_to_real;
   core::WorkspaceScope scope(ws);
   const std::int64_t b = u.extent(0), len = u.extent(1), h = u.extent(2), f = m / 2 + 1;
-  T* x = ws.template allocate<T*>("batched_fft.x", b * h * m).data();
-  T* uf = ws.template allocate<T*>("batched_fft.uf", 2 * b * h * f).data();
-  T* dyf = ws.template allocate<T*>("batched_fft.dyf", 2 * b * h * f).data();
-  T* kf = ws.template allocate<T*>("batched_fft.kf", 2 * h * f).data();
-  T* dkf = ws.template allocate<T*>("batched_fft.dkf", 2 * h * f).data();
-  T* work = ws.template allocate<T*>("batched_fft.work", detail::work_reals<T, Space>(b, h, m)).data();
+  const detail::Buffers<T, Space> buffers(ws, b, h, m, true);
+  T *x = buffers.x, *uf = buffers.uf, *dyf = buffers.dyf, *kf = buffers.kf, *dkf = buffers.dkf, *work = buffers.work;
   detail::pack_kernel<T>(exec, k, x, m);
   transform<T>(exec, r2c, m, h, x, kf, work);
   detail::pack<T>(exec, dy, x, m);
