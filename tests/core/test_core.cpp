@@ -241,8 +241,8 @@ TEST_CASE("huge page advice: whole 2 MiB pages only; a workspace chunk gets them
     WARN("transparent huge pages are '" << mode << "' here: only the advice's range is checked");
     return;
   }
-  // A fresh 16 MiB chunk, then every page touched: the advice came before the first touch, so
-  // the kernel backs the advised range with huge pages (under "madvise" nothing else would).
+  // A 16 MiB chunk, then every page touched: the chunk was advised (and collapsed) as the arena
+  // allocated it, so the kernel backs it with huge pages (under "madvise" nothing else would).
   core::Workspace<Kokkos::Serial> ws(std::size_t{16} << 20);
   auto t = ws.allocate<float*>("t", (std::size_t{16} << 20) / sizeof(float));
   Kokkos::deep_copy(t, 1.0f);
