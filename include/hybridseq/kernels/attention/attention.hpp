@@ -36,18 +36,16 @@ void forward(const Space& exec, const AttentionArgs<T>& a, Precision precision =
 
 /// dQ, dK, dV (overwritten) from dO, and, when g.dalpha is set, the per-(b, h, query tile)
 /// partial sums of ∂L/∂α (sum them over b and tiles for each head). In bf16, from a bf16
-/// forward's O and LSE: the tensor-core backward for head dims up to mma::max_backward_head_dim,
-/// the native kernels above that.
+/// forward's O and LSE.
 template <class Scheme, class T, class Space>
 void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads<T>& g,
               Precision precision = Precision::native) {
   if (precision == Precision::bf16) {
-    if constexpr (std::is_same_v<T, float>) {
-      if (a.head_dim <= mma::max_backward_head_dim) return mma::backward<Scheme>(exec, a, g);
-    } else {
+    if constexpr (std::is_same_v<T, float>)
+      return mma::backward<Scheme>(exec, a, g);
+    else
       fail<value_error>("hybridseq::kernels::attention::backward", "bf16 products take float inputs, got ", sizeof(T),
                         "-byte scalars");
-    }
   }
   if constexpr (tiled::runs_on<Space>)
     tiled::backward<Scheme, T>(exec, a, g);

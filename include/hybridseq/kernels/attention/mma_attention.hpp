@@ -14,8 +14,9 @@
 ///               straight from S's accumulators: the C fragments of two adjacent m16n8 tiles
 ///               are the A fragment of one m16n8k16 product.
 ///   backward 1  a team per (batch, kv head, 64 key rows), a warp 16 keys with their K and V
-///               fragments: per head of the group and block of 64 queries, Sᵀ = K·Qᵀ and
-///               dPᵀ = V·dOᵀ, then dV += Pᵀ·dO and dK += α·dSᵀ·Q from those accumulators.
+///               fragments: per head of the group and block of queries, Sᵀ = K·Qᵀ and
+///               dPᵀ = V·dOᵀ, then dV += Pᵀ·dO and dK += α·dSᵀ·Q from those accumulators
+///               (head dims above 64: two teams per key tile, each half of dK's and dV's dims).
 ///   backward 2  a team per (batch, head, 64 query rows): S = Q·Kᵀ, dP = dO·Vᵀ, dQ += α·dS·K,
 ///               and the temperature's partial, summed lane by lane in a fixed order.
 /// No gradient row has two writers: deterministic without atomics, like the fp32 kernels.
@@ -228,8 +229,8 @@ KOKKOS_INLINE_FUNCTION void product(const TeamMember<Space>& team, const Acc& ac
 /// in team scratch as bf16 pairs, `stride` words per row:
 ///   by_rows  row r's dims in pairs (d, d + 1) from word r · stride on: B columns of a product
 ///            over the head dim (Q·Kᵀ's keys);
-///   by_dims  dim d's rows in pairs (r, r + 1) from word d · stride on: B columns of a product
-///            over the rows (P·V's dims).
+///   by_dims  dims d0 .. d0 + DH − 1, dim d's rows in pairs (r, r + 1) from word (d − d0) · stride
+///            on: B columns of a product over the rows (P·V's dims).
 template <int DH, class Member>
 KOKKOS_INLINE_FUNCTION void stage_by_rows(const Member& team, const HeadRows<const float>& from, std::int64_t b,
                                           std::int64_t t0, int h, std::int64_t count, int block, int dh,
@@ -248,13 +249,13 @@ KOKKOS_INLINE_FUNCTION void stage_by_rows(const Member& team, const HeadRows<con
 template <int DH, class Member>
 KOKKOS_INLINE_FUNCTION void stage_by_dims(const Member& team, const HeadRows<const float>& from, std::int64_t b,
                                           std::int64_t t0, int h, std::int64_t count, int block, int dh,
-                                          std::uint32_t* to, int stride) {
+                                          std::uint32_t* to, int stride, int d0 = 0) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, (block / 2) * DH), [&](const int e) {
     const int d = e % DH, r = 2 * (e / DH);
     float lo = 0, hi = 0;
-    if (d < dh) {
-      if (r < count) lo = from.row(b, t0 + r, h)[d];
-      if (r + 1 < count) hi = from.row(b, t0 + r + 1, h)[d];
+    if (d0 + d < dh) {
+      if (r < count) lo = from.row(b, t0 + r, h)[d0 + d];
+      if (r + 1 < count) hi = from.row(b, t0 + r + 1, h)[d0 + d];
     }
     to[d * stride + r / 2] = pack(lo, hi);
   });
@@ -425,46 +426,53 @@ struct Forward {
 };
 
 /// One lane's share of its warp's 16 key rows (dK, dV).
-template <int DH, int QB>
+template <int DH, int QB, int DIMS>
 struct KeyLane {
   std::uint32_t k[DH / 16][4], v[DH / 16][4];  // A fragments of K and V
   float s[QB / 8][4];                          // Sᵀ of a query block, then P·dropout
   float dp[QB / 8][4];                         // dPᵀ = V·dOᵀ, then α·dSᵀ
-  float dk[DH / 8][4], dv[DH / 8][4];
+  float dk[DIMS / 8][4], dv[DIMS / 8][4];      // the team's dims of dK and dV
 };
 
 /// dK, dV for one (batch, kv head, 64 key rows), summed over the group's heads and the query
 /// blocks that see the keys: Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, dV += (P·dropout)ᵀ·dO, dK += α·dSᵀ·Q.
-/// DH (32, 64) bounds the head dim; query blocks of 32 rows at DH = 64 (with 64, Sᵀ and dPᵀ
-/// beside K, V, dK and dV spilled registers).
+/// DH (32, 64, 128) bounds the head dim. Registers set the shapes: with K and V fragments,
+/// dK, dV, Sᵀ and dPᵀ all in registers, 64-row query blocks spill from DH = 64 on, so the
+/// wider bounds step 32 rows; and DH = 128's dK and dV do not fit a lane beside the rest, so
+/// two teams share a key tile, each writing half of the dims (both compute Sᵀ and dPᵀ: six
+/// products per step in place of four).
 template <class Scheme, class Space, int DH>
 struct BackwardKV {
   AttentionArgs<float> a;
   AttentionGrads<float> g;
   std::int64_t n_ktiles;
 
-  static constexpr int qb = DH > 32 ? 32 : 64;  // query rows per step
+  static constexpr int parts = DH > 64 ? 2 : 1;  // teams per key tile
+  static constexpr int dims = DH / parts;        // dims of dK and dV per team
+  static constexpr int qb = DH > 32 ? 32 : 64;   // query rows per step
   static constexpr int row_stride = stride_for(DH), dim_stride = stride_for(qb);
 
   static std::size_t scratch_bytes() {
     return 2 * team::detail::padded(4 * std::size_t(qb) * row_stride) +
-           2 * team::detail::padded(4 * std::size_t(DH) * dim_stride) + 2 * team::detail::padded(4 * qb);
+           2 * team::detail::padded(4 * std::size_t(dims) * dim_stride) + 2 * team::detail::padded(4 * qb);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
-    const KeyTile tile(a, team.league_rank(), n_ktiles);
+    const KeyTile tile(a, team.league_rank() / parts, n_ktiles);
+    const int d0 = int(team.league_rank() % parts) * dims;  // the team's first dim of dK, dV
     const std::int64_t b = tile.b, k0 = tile.k0, cols = tile.cols, n = a.tk;
     const int hk = tile.hk, dh = a.head_dim, group = a.heads / a.kv_heads;
     std::uint32_t* q_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(qb) * row_stride);
     std::uint32_t* do_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(qb) * row_stride);
-    std::uint32_t* q_dims = team::detail::scratch<std::uint32_t>(team, std::int64_t(DH) * dim_stride);
-    std::uint32_t* do_dims = team::detail::scratch<std::uint32_t>(team, std::int64_t(DH) * dim_stride);
+    std::uint32_t* q_dims = team::detail::scratch<std::uint32_t>(team, std::int64_t(dims) * dim_stride);
+    std::uint32_t* do_dims = team::detail::scratch<std::uint32_t>(team, std::int64_t(dims) * dim_stride);
     float* lse = team::detail::scratch<float>(team, qb);
     float* delta = team::detail::scratch<float>(team, qb);
-    KeyLane<DH, qb> st[slots<Space>];
+    using Lane = KeyLane<DH, qb, dims>;
+    Lane st[slots<Space>];
 
     each_lane<Space>(team, [&](int t, int s) {
-      KeyLane<DH, qb>& x = st[s];
+      Lane& x = st[s];
       const std::int64_t r0 = row_of(t, 0, cols), r1 = row_of(t, 1, cols);
       load_a(x.k, a.k, b, k0, hk, r0, r1, dh, t % 4);
       load_a(x.v, a.v, b, k0, hk, r0, r1, dh, t % 4);
@@ -480,8 +488,8 @@ struct BackwardKV {
         team.team_barrier();
         stage_by_rows<DH>(team, a.q, b, i0, h, rows, qb, dh, q_rows, row_stride);
         stage_by_rows<DH>(team, g.d_o, b, i0, h, rows, qb, dh, do_rows, row_stride);
-        stage_by_dims<DH>(team, a.q, b, i0, h, rows, qb, dh, q_dims, dim_stride);
-        stage_by_dims<DH>(team, g.d_o, b, i0, h, rows, qb, dh, do_dims, dim_stride);
+        stage_by_dims<dims>(team, a.q, b, i0, h, rows, qb, dh, q_dims, dim_stride, d0);
+        stage_by_dims<dims>(team, g.d_o, b, i0, h, rows, qb, dh, do_dims, dim_stride, d0);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
           lse[r] = a.lse[(b * a.heads + h) * a.tq + i0 + r];
           delta[r] = g.delta[(b * a.heads + h) * a.tq + i0 + r];
@@ -496,7 +504,7 @@ struct BackwardKV {
             row_stride);
 
         each_lane<Space>(team, [&](int t, int s) {
-          KeyLane<DH, qb>& x = st[s];
+          Lane& x = st[s];
           HYBRIDSEQ_DEVICE_UNROLL
           for (int half = 0; half < 2; ++half) {
             const std::int64_t c = row_of(t, half, cols), key = k0 + c;
@@ -520,16 +528,16 @@ struct BackwardKV {
             }
           }
         });
-        product<Space, DH / 8, qb / 16>(
+        product<Space, dims / 8, qb / 16>(
             team, [&](int s) -> auto& { return st[s].dv; }, [&](int s, int k) { return a_of_c(st[s].s, k); }, do_dims,
             dim_stride);
-        product<Space, DH / 8, qb / 16>(
+        product<Space, dims / 8, qb / 16>(
             team, [&](int s) -> auto& { return st[s].dk; }, [&](int s, int k) { return a_of_c(st[s].dp, k); }, q_dims,
             dim_stride);
       }
     }
     each_lane<Space>(team, [&](int t, int s) {
-      const KeyLane<DH, qb>& x = st[s];
+      const Lane& x = st[s];
       HYBRIDSEQ_DEVICE_UNROLL
       for (int half = 0; half < 2; ++half) {
         const std::int64_t c = row_of(t, half, cols);
@@ -537,10 +545,10 @@ struct BackwardKV {
         float* dk = g.dk.row(b, k0 + c, hk);
         float* dv = g.dv.row(b, k0 + c, hk);
         HYBRIDSEQ_DEVICE_UNROLL
-        for (int j = 0; j < DH / 8; ++j) {
+        for (int j = 0; j < dims / 8; ++j) {
           HYBRIDSEQ_DEVICE_UNROLL
           for (int e = 0; e < 2; ++e) {
-            const int d = col_of(t, j, e);
+            const int d = d0 + col_of(t, j, e);
             if (d < dh) dk[d] = x.dk[j][2 * half + e], dv[d] = x.dv[j][2 * half + e];
           }
         }
@@ -550,28 +558,31 @@ struct BackwardKV {
 };
 
 /// One lane's share of its warp's 16 query rows (dQ).
-template <int DH>
+template <int DH, int KB>
 struct QueryLane {
   std::uint32_t q[DH / 16][4], d_o[DH / 16][4];  // A fragments of Q and dO
-  float s[tile_k / 8][4];                        // S of a key block
-  float dp[tile_k / 8][4];                       // dP = dO·Vᵀ, then α·dS
+  float s[KB / 8][4];                            // S of a key block
+  float dp[KB / 8][4];                           // dP = dO·Vᵀ, then α·dS
   float dq[DH / 8][4];
   float lse[2], delta[2];
   double dalpha;  // this lane's Σ dS ⊙ S
 };
 
 /// dQ and the temperature partial for one (batch, head, 64 query rows): S = Q·Kᵀ,
-/// dP = dO·Vᵀ, dQ += α·dS·K. DH (32, 64) bounds the head dim.
+/// dP = dO·Vᵀ, dQ += α·dS·K. DH (32, 64, 128) bounds the head dim; DH = 128 steps through
+/// the keys 32 at a time, which keeps S and dP beside the Q, dO and dQ fragments in registers
+/// and the staged K and V rows within the team's scratch.
 template <class Scheme, class Space, int DH>
 struct BackwardQ {
   AttentionArgs<float> a;
   AttentionGrads<float> g;
   std::int64_t n_qtiles;
 
-  static constexpr int row_stride = stride_for(DH), dim_stride = stride_for(tile_k);
+  static constexpr int kb = DH > 64 ? 32 : tile_k;  // keys per step
+  static constexpr int row_stride = stride_for(DH), dim_stride = stride_for(kb);
 
   static std::size_t scratch_bytes() {
-    return 2 * team::detail::padded(4 * std::size_t(tile_k) * row_stride) +
+    return 2 * team::detail::padded(4 * std::size_t(kb) * row_stride) +
            team::detail::padded(4 * std::size_t(DH) * dim_stride) + team::detail::padded(sizeof(double) * threads);
   }
 
@@ -581,14 +592,15 @@ struct BackwardQ {
     const int h = tile.h, hk = tile.hk, dh = a.head_dim;
     const std::int64_t n = a.tk;
     const float alpha = a.alpha[h];
-    std::uint32_t* k_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(tile_k) * row_stride);
-    std::uint32_t* v_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(tile_k) * row_stride);
+    std::uint32_t* k_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(kb) * row_stride);
+    std::uint32_t* v_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(kb) * row_stride);
     std::uint32_t* k_dims = team::detail::scratch<std::uint32_t>(team, std::int64_t(DH) * dim_stride);
     double* dalpha = team::detail::scratch<double>(team, threads);
-    QueryLane<DH> st[slots<Space>];
+    using Lane = QueryLane<DH, kb>;
+    Lane st[slots<Space>];
 
     each_lane<Space>(team, [&](int t, int s) {
-      QueryLane<DH>& x = st[s];
+      Lane& x = st[s];
       const std::int64_t r0 = row_of(t, 0, rows), r1 = row_of(t, 1, rows);
       load_a(x.q, a.q, b, i0, h, r0, r1, dh, t % 4);
       load_a(x.d_o, g.d_o, b, i0, h, r0, r1, dh, t % 4);
@@ -601,31 +613,31 @@ struct BackwardQ {
       }
       x.dalpha = 0;
     });
-    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
-    for (std::int64_t k0 = kb; k0 < ke; k0 += tile_k) {
-      const std::int64_t cols = ke - k0 < tile_k ? ke - k0 : tile_k;
+    const std::int64_t k_begin = Scheme::key_begin(p_first, n), k_end = Scheme::key_end(p_last, n);
+    for (std::int64_t k0 = k_begin; k0 < k_end; k0 += kb) {
+      const std::int64_t cols = k_end - k0 < kb ? k_end - k0 : kb;
       team.team_barrier();
-      stage_by_rows<DH>(team, a.k, b, k0, hk, cols, tile_k, dh, k_rows, row_stride);
-      stage_by_rows<DH>(team, a.v, b, k0, hk, cols, tile_k, dh, v_rows, row_stride);
-      stage_by_dims<DH>(team, a.k, b, k0, hk, cols, tile_k, dh, k_dims, dim_stride);
+      stage_by_rows<DH>(team, a.k, b, k0, hk, cols, kb, dh, k_rows, row_stride);
+      stage_by_rows<DH>(team, a.v, b, k0, hk, cols, kb, dh, v_rows, row_stride);
+      stage_by_dims<DH>(team, a.k, b, k0, hk, cols, kb, dh, k_dims, dim_stride);
       team.team_barrier();
 
-      product<Space, tile_k / 8, DH / 16, Write::assign>(
+      product<Space, kb / 8, DH / 16, Write::assign>(
           team, [&](int s) -> auto& { return st[s].s; }, [&](int s, int k) { return a_of(st[s].q, k); }, k_rows,
           row_stride);
-      product<Space, tile_k / 8, DH / 16, Write::assign>(
+      product<Space, kb / 8, DH / 16, Write::assign>(
           team, [&](int s) -> auto& { return st[s].dp; }, [&](int s, int k) { return a_of(st[s].d_o, k); }, v_rows,
           row_stride);
 
       each_lane<Space>(team, [&](int t, int s) {
-        QueryLane<DH>& x = st[s];
+        Lane& x = st[s];
         HYBRIDSEQ_DEVICE_UNROLL
         for (int half = 0; half < 2; ++half) {
           const std::int64_t r = row_of(t, half, rows);
           std::int64_t c0 = 0, c1 = 0;
           if (r >= 0) team::detail::visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
           HYBRIDSEQ_DEVICE_UNROLL
-          for (int j = 0; j < tile_k / 8; ++j) {
+          for (int j = 0; j < kb / 8; ++j) {
             HYBRIDSEQ_DEVICE_UNROLL
             for (int e = 0; e < 2; ++e) {
               const int col = col_of(t, j, e);
@@ -643,13 +655,13 @@ struct BackwardQ {
           }
         }
       });
-      product<Space, DH / 8, tile_k / 16>(
+      product<Space, DH / 8, kb / 16>(
           team, [&](int s) -> auto& { return st[s].dq; }, [&](int s, int k) { return a_of_c(st[s].dp, k); }, k_dims,
           dim_stride);
     }
 
     each_lane<Space>(team, [&](int t, int s) {
-      const QueryLane<DH>& x = st[s];
+      const Lane& x = st[s];
       dalpha[t] = x.dalpha;
       HYBRIDSEQ_DEVICE_UNROLL
       for (int half = 0; half < 2; ++half) {
@@ -684,9 +696,8 @@ void launch(const char* label, const Space& exec, std::int64_t tasks, const Func
 
 }  // namespace detail
 
-/// The largest head dim of the tensor-core forward (a warp's 16 output rows stay in
-/// registers), and of its backward (which holds K and V fragments, dK, dV, Sᵀ and dPᵀ).
-inline constexpr int max_head_dim = 128, max_backward_head_dim = 64;
+/// The largest head dim of the tensor-core kernels: a warp's 16 output rows stay in registers.
+inline constexpr int max_head_dim = 128;
 
 /// O and LSE for every query row, as attention::forward computes them, with Q, K, V and the
 /// probabilities rounded to bf16 (fp32 accumulation). Float only.
@@ -705,25 +716,23 @@ void forward(const Space& exec, const AttentionArgs<float>& a) {
 /// dQ, dK, dV (overwritten) and the temperature partials, as attention::backward computes
 /// them, with Q, K, V, dO, the probabilities and dS rounded to bf16 for the products (fp32
 /// accumulation), from a bf16 forward's O and LSE. Deterministic: every gradient row has one
-/// writer. Float only; head dims up to max_backward_head_dim.
+/// writer. Float only; head dims up to max_head_dim.
 template <class Scheme, class Space>
 void backward(const Space& exec, const AttentionArgs<float>& a, const AttentionGrads<float>& g) {
-  if (a.head_dim < 1 || a.head_dim > max_backward_head_dim)
+  if (a.head_dim < 1 || a.head_dim > max_head_dim)
     fail<value_error>("hybridseq::kernels::attention::mma::backward",
-                      "the bf16 tensor-core kernel takes head dims 1 to ", max_backward_head_dim, ", got ", a.head_dim);
+                      "the bf16 tensor-core kernel takes head dims 1 to ", max_head_dim, ", got ", a.head_dim);
   if (a.batch * a.tq == 0) return;
   Kokkos::parallel_for("hybridseq::kernels::attention::delta[bf16 mma]",
                        Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.heads * a.tq),
                        attention::detail::Delta<float, Space>{a, g});
   const std::int64_t nk = (a.tk + tile_k - 1) / tile_k, nq = query_tiles(a.tq);
   team::detail::with_register_bound<128>(a.head_dim, [&](auto bound) {
-    constexpr int DH = decltype(bound)::value;
-    if constexpr (DH <= max_backward_head_dim) {
-      detail::launch("hybridseq::kernels::attention::backward_kv[bf16 mma]", exec, a.batch * a.kv_heads * nk,
-                     detail::BackwardKV<Scheme, Space, DH>{a, g, nk});
-      detail::launch("hybridseq::kernels::attention::backward_q[bf16 mma]", exec, a.batch * a.heads * nq,
-                     detail::BackwardQ<Scheme, Space, DH>{a, g, nq});
-    }
+    using KV = detail::BackwardKV<Scheme, Space, decltype(bound)::value>;
+    using Q = detail::BackwardQ<Scheme, Space, decltype(bound)::value>;
+    detail::launch("hybridseq::kernels::attention::backward_kv[bf16 mma]", exec, a.batch * a.kv_heads * nk * KV::parts,
+                   KV{a, g, nk});
+    detail::launch("hybridseq::kernels::attention::backward_q[bf16 mma]", exec, a.batch * a.heads * nq, Q{a, g, nq});
   });
 }
 
