@@ -10,7 +10,8 @@ least of 3 means over ≥ 0.2 s of calls, each call ending in torch.cuda.synchro
 after each call too). Workloads (bench/device/device_benchmarks.cpp says what ours runs):
 
   copy               1 GiB device-to-device copy: the bandwidth yardstick of this run
-  gemm               torch.mm, fp32 exact (allow_tf32 off) and TF32, 4096³ and 8192×768→3072
+  gemm               torch.mm, fp32 exact (allow_tf32 off), TF32 and on bf16 tensors, 4096³ and
+                     8192×768→3072
   causal attention   F.scaled_dot_product_attention(is_causal=True) in fp32 and in bf16, H 16,
                      Dh 64, B·T = 16384 at T 1024 and 4096, forward and forward + backward
                      (the bf16 rows compare our tensor-core kernels with SDPA's bf16)
@@ -20,7 +21,7 @@ after each call too). Workloads (bench/device/device_benchmarks.cpp says what ou
   training step      the 135 M-parameter NeoX Transformer (bench/torch_models.py's NeoxLayer at D 768,
                      12 heads × 64, 12 layers, V 32768), B 8, T 1024: forward, cross-entropy,
                      backward, clip_grad_norm_(1), AdamW(fused); fp32, TF32, and bf16 autocast
-                     (ours has no bf16 path: that row compares our TF32 step)
+                     (against ours with bf16 GEMMs and bf16 attention products, fp32 tensors)
 """
 import argparse
 import json
@@ -59,10 +60,12 @@ def copy():
     return timed(lambda: b.copy_(a))
 
 
-def gemm(m, n, k, tf32):
-    set_tf32(tf32)
-    a, b = torch.randn(m, k, device=DEV), torch.randn(k, n, device=DEV)
-    c = torch.empty(m, n, device=DEV)
+def gemm(m, n, k, math):
+    """torch.mm in fp32, TF32, or on bf16 tensors (ours keeps fp32 tensors and rounds as cuBLAS reads)."""
+    set_tf32(math == "tf32")
+    dtype = torch.bfloat16 if math == "bf16" else torch.float32
+    a, b = torch.randn(m, k, device=DEV, dtype=dtype), torch.randn(k, n, device=DEV, dtype=dtype)
+    c = torch.empty(m, n, device=DEV, dtype=dtype)
     s = timed(lambda: torch.mm(a, b, out=c))
     set_tf32(False)
     return s
@@ -137,9 +140,9 @@ def main():
     copy_s = copy()
     row("copy 1 GiB", "copy/MiB:1024/real_time", copy_s, "GB/s", f"torch {2 * 4 * (1 << 28) / copy_s * 1e-9:.0f} GB/s")
     for (m, n, k) in [(4096, 4096, 4096), (8192, 3072, 768)]:
-        for tf32 in (0, 1):
-            s = gemm(m, n, k, bool(tf32))
-            row(f"gemm {m}x{n}x{k} {'tf32' if tf32 else 'fp32'}", f"gemm/M:{m}/N:{n}/K:{k}/tf32:{tf32}/real_time", s,
+        for code, math in enumerate(("fp32", "tf32", "bf16")):
+            s = gemm(m, n, k, math)
+            row(f"gemm {m}x{n}x{k} {math}", f"gemm/M:{m}/N:{n}/K:{k}/math:{code}/real_time", s,
                 "TFLOP/s", f"torch {2.0 * m * n * k / s * 1e-12:.1f} TFLOP/s")
     for t in (1024, 4096):
         for backward in (False, True):
@@ -159,12 +162,13 @@ def main():
         copy_gbs = mine.get("copy/MiB:1024/real_time", (None, {}))[1].get("GB/s")
         note = f"ours {ours_gbs / copy_gbs:.0%} of our copy's GB/s" if ours_gbs and copy_gbs else ""
         row(f"selective scan {kind} (torch: reference loop)", name, s, "GB/s", note)
-    for precision, tf32 in (("fp32", 0), ("tf32", 1), ("bf16", 1)):
+    # torch's bf16 is autocast; ours keeps fp32 tensors with bf16 GEMMs and bf16 attention products.
+    for precision, gemm_math, attention_bf16 in (("fp32", 0, 0), ("tf32", 1, 0), ("bf16", 2, 1)):
         s, params = train_step(precision)
         tokens = MODEL["b"] * MODEL["t"]
-        row(f"training step 135M Transformer, torch {precision}" + (" vs ours tf32" if precision == "bf16" else ""),
-            f"train_step/transformer/B:{MODEL['b']}/T:{MODEL['t']}/tf32:{tf32}/iterations:3/real_time", s, "tokens/s",
-            f"torch {tokens / s:.0f} tokens/s, {params / 1e6:.1f} M parameters")
+        row(f"training step 135M Transformer, {precision}",
+            f"train_step/transformer/B:{MODEL['b']}/T:{MODEL['t']}/gemm:{gemm_math}/attention_bf16:{attention_bf16}"
+            "/iterations:3/real_time", s, "tokens/s", f"torch {tokens / s:.0f} tokens/s, {params / 1e6:.1f} M parameters")
 
     gpu = torch.cuda.get_device_name()
     lines = [f"# hybridseq vs PyTorch {torch.__version__} on {gpu}", "",

@@ -5,7 +5,8 @@
 //
 //   copy/MiB:1024                    device-to-device copy: GB/s counting bytes read and written
 //                                    (the bandwidth yardstick of this run)
-//   gemm/M/N/K/tf32:{0,1}            kernels::gemm (cuBLAS on Cuda), exact fp32 or TF32: TFLOP/s
+//   gemm/M/N/K/math:{0,1,2}          kernels::gemm (cuBLAS on Cuda), GemmMath fp32, TF32 or bf16:
+//                                    TFLOP/s
 //   attention_fwd/causal/B/T         H = 16, Dh = 64, B·T = 16384 tokens: TFLOP/s counting
 //                                    4·visible·Dh per head (QKᵀ and PV over the visible scores)
 //   attention_fwd_bwd/causal/B/T     forward + backward, counted 3.5× the forward (FlashAttention's
@@ -21,12 +22,16 @@
 //                                    tokens, forward + backward, its sequence mixing by cuFFT or
 //                                    by the chunked scan (GssOptions::mixing): tokens/s, the
 //                                    measurement for the default on devices (now the scan)
-//   train_step/transformer/B/T       a 135 M-parameter NeoX Transformer (V 32768, D 768, 12 layers
+//   train_step/transformer/B/T/gemm/attention_bf16
+//                                    a 135 M-parameter NeoX Transformer (V 32768, D 768, 12 layers
 //                                    of 12 heads × 64, MLP 3072, full RoPE): zero_grad, forward,
 //                                    loss, backward, global-norm clipping, AdamW, as the Trainer
-//                                    steps; tokens/s and model TFLOP/s (6 × the matrix parameters
-//                                    per token plus attention's 3.5 × 4·visible·Dh per head); then
-//                                    one more step with every kernel timed, printed on stderr
+//                                    steps; GEMMs by GemmMath (0 fp32, 1 TF32, 2 bf16), attention's
+//                                    products in fp32 or bf16 (AttentionOptions::precision);
+//                                    tokens/s and model TFLOP/s
+//                                    (6 × the matrix parameters per token plus attention's
+//                                    3.5 × 4·visible·Dh per head); then one more step with every
+//                                    kernel timed, printed on stderr
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -76,7 +81,7 @@ void gemm(benchmark::State& state) {
   Tensor<float**, Space> a("a", m, k), b("b", k, n), c("c", m, n);
   core::fill(Space{}, core::flat(a), core::Init::normal(1.0), 3, 1);
   core::fill(Space{}, core::flat(b), core::Init::normal(1.0), 3, 2);
-  kernels::set_gemm_math(state.range(3) ? kernels::GemmMath::tf32 : kernels::GemmMath::fp32);
+  kernels::set_gemm_math(kernels::GemmMath(state.range(3)));
   const auto call = [&] { kernels::gemm(Space{}, kernels::Op::none, kernels::Op::none, 1.0f, a, b, 0.0f, c); };
   time_fenced(state, call);
   kernels::set_gemm_math(kernels::GemmMath::fp32);
@@ -154,9 +159,12 @@ using BigTransformer = models::Transformer<model_vocab, models::NeoxShape{768, 1
 
 void train_step(benchmark::State& state) {
   const std::int64_t b = state.range(0), t = state.range(1);
-  kernels::set_gemm_math(state.range(2) ? kernels::GemmMath::tf32 : kernels::GemmMath::fp32);
+  kernels::set_gemm_math(kernels::GemmMath(state.range(2)));
+  const bool attention_bf16 = state.range(3) != 0;
   BigTransformer::Options options;
   options.body.count = model_layers;
+  if (attention_bf16)
+    core::for_each_option<layers::AttentionOptions>(options, [](auto& a) { a.precision = att::Precision::bf16; });
   BigTransformer model(options);
   core::initialize(model, 1);
   TrainingStep step(model, b, t, model_vocab, 1e-4);
@@ -167,8 +175,10 @@ void train_step(benchmark::State& state) {
   const auto times = kernel_times(step);
   double total = 0;
   for (const auto& k : times) total += k.seconds;
-  std::fprintf(stderr, "train_step/transformer (tf32 %d): one step, %.1f ms with every kernel fenced; by kernel:\n",
-               int(state.range(2)), total * 1e3);
+  std::fprintf(stderr,
+               "train_step/transformer (gemm math %d, attention bf16 %d): one step, %.1f ms with every kernel fenced; "
+               "by kernel:\n",
+               int(state.range(2)), int(attention_bf16), total * 1e3);
   for (std::size_t i = 0; i < times.size() && i < 16; ++i)
     std::fprintf(stderr, "  %8.2f ms %5.1f %%  %5llu calls  %s\n", times[i].seconds * 1e3,
                  100 * times[i].seconds / total, static_cast<unsigned long long>(times[i].calls),
@@ -185,11 +195,11 @@ void train_step(benchmark::State& state) {
 
 const Registration registration([] {
   benchmark::RegisterBenchmark("copy", copy)->Arg(1024)->ArgName("MiB")->UseRealTime()->Unit(benchmark::kMillisecond);
-  for (int tf32 : {0, 1}) {
+  for (int math : {0, 1, 2}) {
     benchmark::RegisterBenchmark("gemm", gemm)
-        ->Args({4096, 4096, 4096, tf32})
-        ->Args({8192, 3072, 768, tf32})  // the MLP's first Linear over 8192 tokens
-        ->ArgNames({"M", "N", "K", "tf32"})
+        ->Args({4096, 4096, 4096, math})
+        ->Args({8192, 3072, 768, math})  // the MLP's first Linear over 8192 tokens
+        ->ArgNames({"M", "N", "K", "math"})
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
@@ -238,9 +248,10 @@ const Registration registration([] {
         ->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("train_step/transformer", train_step)
-      ->Args({8, 1024, 0})
-      ->Args({8, 1024, 1})
-      ->ArgNames({"B", "T", "tf32"})
+      ->Args({8, 1024, 0, 0})
+      ->Args({8, 1024, 1, 0})
+      ->Args({8, 1024, 2, 1})
+      ->ArgNames({"B", "T", "gemm", "attention_bf16"})
       ->Iterations(3)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);

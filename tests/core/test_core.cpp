@@ -423,3 +423,36 @@ HYBRIDSEQ_SPACE_TEST_CASE("gemm facade matches the naive oracle for every op", "
   REQUIRE_THROWS_WITH(kernels::gemm(Space{}, kernels::Op::none, kernels::Op::none, 1.0, a, b, 0.0, c),
                       "hybridseq::kernels::gemm: op(A) is (3,4), op(B) is (5,2), C is (3,2)");
 }
+
+// GemmMath on cuBLAS: TF32 and bf16 round the inputs as they are read (10 and 7 mantissa bits,
+// 2⁻¹¹ and 2⁻⁸ relative each) and accumulate in fp32, so over K = 256 standard normal terms
+// the result is within a few times √K · 2⁻¹⁰ (resp. 2⁻⁷) of fp32's, and not equal to it (the
+// setting took effect). Host GEMMs ignore the setting: the same bits.
+HYBRIDSEQ_SPACE_TEST_CASE("gemm math: TF32 and bf16 within their rounding of fp32", "[core][kernels]") {
+  using Space = TestType;
+  const int m = 64, n = 48, k = 256;
+  Tensor<float**, Space> a("a", m, k), b("b", k, n);
+  core::fill(Space{}, core::flat(a), core::Init::normal(1), 1, 1);
+  core::fill(Space{}, core::flat(b), core::Init::normal(1), 1, 2);
+  const auto product = [&](kernels::GemmMath math) {
+    Tensor<float**, Space> c("c", m, n);
+    kernels::set_gemm_math(math);
+    kernels::gemm(Space{}, kernels::Op::none, kernels::Op::none, 1.0f, a, b, 0.0f, c);
+    kernels::set_gemm_math(kernels::GemmMath::fp32);
+    return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, c);
+  };
+  const auto exact = product(kernels::GemmMath::fp32);
+  for (const auto& [math, bits] : {std::pair{kernels::GemmMath::tf32, 10}, std::pair{kernels::GemmMath::bf16, 7}}) {
+    const auto rounded = product(math);
+    double err = 0;
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j) err = std::max(err, double(std::abs(rounded(i, j) - exact(i, j))));
+    INFO("GemmMath " << int(math) << ": largest difference from fp32 " << err);
+    if constexpr (std::is_same_v<typename Space::memory_space, Kokkos::HostSpace>) {
+      CHECK(err == 0);
+    } else {
+      CHECK(err > 0);
+      CHECK(err < 4 * std::sqrt(double(k)) * std::ldexp(1.0, -bits));
+    }
+  }
+}

@@ -210,9 +210,11 @@ void gemm_device(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64
 }  // namespace detail
 
 /// How cuBLAS multiplies float matrices on Kokkos::Cuda: exact fp32 (the default, what the
-/// tests compare against the host) or TF32 tensor cores (inputs rounded to 10 mantissa bits,
-/// fp32 accumulation; several times faster on Ampere and Hopper). Host GEMMs ignore it.
-enum class GemmMath { fp32, tf32 };
+/// tests compare against the host), or on tensor cores with the inputs rounded as they are
+/// read and fp32 accumulation — TF32 (10 mantissa bits) or bf16 (7 bits, the bf16 path's
+/// GEMMs: CUBLAS_COMPUTE_32F_FAST_16BF). The tensors stay fp32 in memory either way. Host GEMMs
+/// ignore it.
+enum class GemmMath { fp32, tf32, bf16 };
 
 #if HYBRIDSEQ_GEMM_CUBLAS
 namespace detail {
@@ -251,10 +253,13 @@ void gemm_cublas(const Kokkos::Cuda& exec, Op op_a, Op op_b, std::int64_t m, std
   const auto ta = op_a == Op::none ? CUBLAS_OP_N : CUBLAS_OP_T;
   const auto tb = op_b == Op::none ? CUBLAS_OP_N : CUBLAS_OP_T;
   if constexpr (std::is_same_v<T, float>) {
-    const bool tf32 = gemm_math_setting().load(std::memory_order_relaxed) == GemmMath::tf32;
-    check_cublas(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-    check_cublas(cublasSgemm(h, tb, ta, int(n), int(m), int(k), &alpha, b, int(ldb), a, int(lda), &beta, c, int(ldc)),
-                 "cublasSgemm");
+    const GemmMath math = gemm_math_setting().load(std::memory_order_relaxed);
+    const cublasComputeType_t compute = math == GemmMath::tf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                        : math == GemmMath::bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                                 : CUBLAS_COMPUTE_32F;
+    check_cublas(cublasGemmEx(h, tb, ta, int(n), int(m), int(k), &alpha, b, CUDA_R_32F, int(ldb), a, CUDA_R_32F,
+                              int(lda), &beta, c, CUDA_R_32F, int(ldc), compute, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
   } else {
     check_cublas(cublasDgemm(h, tb, ta, int(n), int(m), int(k), &alpha, b, int(ldb), a, int(lda), &beta, c, int(ldc)),
                  "cublasDgemm");
