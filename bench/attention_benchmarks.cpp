@@ -31,7 +31,7 @@ namespace att = kernels::attention;
 
 template <class Space>
 using Problem = AttentionProblem<Space>;
-constexpr int heads = Problem<Kokkos::Serial>::default_heads, head_dim = Problem<Kokkos::Serial>::head_dim;
+constexpr int heads = Problem<Kokkos::Serial>::default_heads, head_dim = Problem<Kokkos::Serial>::default_head_dim;
 
 template <class Space>
 int threads() {

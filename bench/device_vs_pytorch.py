@@ -12,9 +12,10 @@ after each call too). Workloads (bench/device/device_benchmarks.cpp says what ou
   copy               1 GiB device-to-device copy: the bandwidth yardstick of this run
   gemm               torch.mm, fp32 exact (allow_tf32 off), TF32 and on bf16 tensors, 4096³ and
                      8192×768→3072
-  causal attention   F.scaled_dot_product_attention(is_causal=True) in fp32 and in bf16, H 16,
-                     Dh 64, B·T = 16384 at T 1024 and 4096, forward and forward + backward
-                     (the bf16 rows compare our tensor-core kernels with SDPA's bf16)
+  causal attention   F.scaled_dot_product_attention(is_causal=True) in fp32 (H 16, Dh 64) and in
+                     bf16 (also H 8, Dh 128), B·T = 16384 at T 1024 and 4096, forward and
+                     forward + backward (the bf16 rows compare our tensor-core kernels with
+                     SDPA's bf16)
   selective scan     mamba-ssm's reference recurrence (bench/torch_workloads.py: a loop over
                      time; PyTorch has no scan), B 8, T 2048, Di 2048, N 16; ours also as GB/s
                      against the copy's
@@ -37,7 +38,7 @@ import torch_models  # noqa: E402
 import torch_workloads  # noqa: E402
 
 DEV = "cuda"
-HEADS, DH, TOKENS = 16, 64, 16384
+WIDTH, TOKENS = 1024, 16384  # heads × head dim (16 × 64, 8 × 128); B·T
 SCAN = dict(b=8, t=2048, di=2048, n=16)
 MODEL = dict(vocab=32768, d=768, heads=12, head_dim=64, layers=12, b=8, t=1024)
 
@@ -71,9 +72,10 @@ def gemm(m, n, k, math):
     return s
 
 
-def attention(t, backward, dtype):
+def attention(t, dh, backward, dtype):
     b = TOKENS // t
-    q, k, v = (torch.randn(b, HEADS, t, DH, device=DEV, dtype=dtype, requires_grad=backward) for _ in range(3))
+    q, k, v = (torch.randn(b, WIDTH // dh, t, dh, device=DEV, dtype=dtype, requires_grad=backward)
+               for _ in range(3))
     do = torch.randn_like(q)
 
     def run():
@@ -147,12 +149,14 @@ def main():
     for t in (1024, 4096):
         for backward in (False, True):
             kind = "fwd_bwd" if backward else "fwd"
-            visible = (TOKENS // t) * HEADS * t * (t + 1) / 2
-            flop = (3.5 if backward else 1.0) * 4.0 * visible * DH
-            for dtype, label in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
-                s = attention(t, backward, dtype)
+            # fp32 at Dh 64; bf16 (our tensor-core kernels against SDPA's bf16) at Dh 64 and 128
+            for dtype, label, dh in ((torch.float32, "fp32", 64), (torch.bfloat16, "bf16", 64),
+                                     (torch.bfloat16, "bf16", 128)):
+                visible = (TOKENS // t) * (WIDTH // dh) * t * (t + 1) / 2
+                flop = (3.5 if backward else 1.0) * 4.0 * visible * dh
+                s = attention(t, dh, backward, dtype)
                 ours = f"attention_{kind}_bf16" if label == "bf16" else f"attention_{kind}"
-                row(f"causal attention T={t} {kind}, {label}", f"{ours}/causal/T:{t}/real_time", s,
+                row(f"causal attention T={t} Dh={dh} {kind}, {label}", f"{ours}/causal/T:{t}/Dh:{dh}/real_time", s,
                     "TFLOP/s", f"torch {flop / s * 1e-12:.1f} TFLOP/s")
     for backward in (False, True):
         kind = "fwd_bwd" if backward else "fwd"

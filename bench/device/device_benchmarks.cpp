@@ -7,12 +7,14 @@
 //                                    (the bandwidth yardstick of this run)
 //   gemm/M/N/K/math:{0,1,2}          kernels::gemm (cuBLAS on Cuda), GemmMath fp32, TF32 or bf16:
 //                                    TFLOP/s
-//   attention_fwd/causal/B/T         H = 16, Dh = 64, B·T = 16384 tokens: TFLOP/s counting
-//                                    4·visible·Dh per head (QKᵀ and PV over the visible scores)
-//   attention_fwd_bwd/causal/B/T     forward + backward, counted 3.5× the forward (FlashAttention's
+//   attention_fwd/causal/T/Dh        H · Dh = 1024 (16 heads of 64), B·T = 16384 tokens: TFLOP/s
+//                                    counting 4·visible·Dh per head (QKᵀ and PV over the visible
+//                                    scores)
+//   attention_fwd_bwd/causal/T/Dh    forward + backward, counted 3.5× the forward (FlashAttention's
 //                                    count: backward 2.5×)
 //   attention_{fwd,fwd_bwd}_bf16/…   the same on tensor cores (operands rounded to bf16, fp32
-//                                    accumulation; kernels/attention/mma_attention.hpp), same counts
+//                                    accumulation; kernels/attention/mma_attention.hpp), same
+//                                    counts, also at Dh = 128 (8 heads)
 //   selective_scan_fwd/B/T/Di        N = 16, chunk 64: GB/s of the traffic the scan cannot avoid
 //                                    (u, Δ, B, C read; y and the chunk checkpoints written); the
 //                                    script reads it against the copy's GB/s
@@ -88,12 +90,13 @@ void gemm(benchmark::State& state) {
   state.counters["TFLOP/s"] = per_second(2.0 * double(m) * n * k * 1e-12);
 }
 
-constexpr int attention_heads = 16, attention_tokens = 16384;
+constexpr int attention_width = 1024, attention_tokens = 16384;  // heads × head dim; B·T
 
 template <bool Backward, att::Precision precision = att::Precision::native>
 void attention(benchmark::State& state) {
   const std::int64_t t = state.range(0), b = attention_tokens / t;
-  AttentionProblem<Space> p(t, b, attention_heads);
+  const int dh = int(state.range(1));
+  AttentionProblem<Space> p(t, b, attention_width / dh, dh);
   const auto args = p.args();
   const auto grads = p.grads();
   const auto call = [&] {
@@ -205,25 +208,27 @@ const Registration registration([] {
   }
   for (int t : {1024, 4096}) {
     benchmark::RegisterBenchmark("attention_fwd/causal", attention<false>)
-        ->Arg(t)
-        ->ArgName("T")
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark("attention_fwd_bf16/causal", attention<false, att::Precision::bf16>)
-        ->Arg(t)
-        ->ArgName("T")
+        ->Args({t, 64})
+        ->ArgNames({"T", "Dh"})
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark("attention_fwd_bwd/causal", attention<true>)
-        ->Arg(t)
-        ->ArgName("T")
+        ->Args({t, 64})
+        ->ArgNames({"T", "Dh"})
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark("attention_fwd_bwd_bf16/causal", attention<true, att::Precision::bf16>)
-        ->Arg(t)
-        ->ArgName("T")
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
+    for (int dh : {64, 128}) {
+      benchmark::RegisterBenchmark("attention_fwd_bf16/causal", attention<false, att::Precision::bf16>)
+          ->Args({t, dh})
+          ->ArgNames({"T", "Dh"})
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark("attention_fwd_bwd_bf16/causal", attention<true, att::Precision::bf16>)
+          ->Args({t, dh})
+          ->ArgNames({"T", "Dh"})
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   }
   benchmark::RegisterBenchmark("selective_scan_fwd", selective_scan<false>)
       ->Args({8, 2048, 2048})

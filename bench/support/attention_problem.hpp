@@ -1,8 +1,9 @@
 #pragma once
-// One (B, T, H, Dh = 64) attention problem for the kernel benchmarks: Q, K, V packed like the
+// One (B, T, H, Dh) attention problem for the kernel benchmarks: Q, K, V packed like the
 // fused projection's rows, O, LSE and the gradients, filled with N(0, 1). The host benchmarks
-// use B = 1, H = 8; the device benchmarks GPU-sized batches and heads. The buffers are on huge
+// use B = 1, H = 8, Dh = 64; the device benchmarks GPU-sized batches, heads and head dims. The buffers are on huge
 // pages where the host has them, as a model's are (they come from its Workspace).
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -13,15 +14,16 @@ namespace hybridseq::bench {
 
 template <class Space>
 struct AttentionProblem {
-  static constexpr int default_heads = 8, head_dim = 64;
+  static constexpr int default_heads = 8, default_head_dim = 64;
   std::int64_t batch, n;
-  int heads;
+  int heads, head_dim;
   Tensor<float*, Space> qkv, o, lse, d_o, dqkv, delta, alpha;
 
-  explicit AttentionProblem(std::int64_t t, std::int64_t b = 1, int h = default_heads)
+  explicit AttentionProblem(std::int64_t t, std::int64_t b = 1, int h = default_heads, int dh = default_head_dim)
       : batch(b),
         n(t),
         heads(h),
+        head_dim(dh),
         qkv(buffer("qkv", b * t * row())),
         o(buffer("o", b * t * h * head_dim)),
         lse("lse", b * h * t),
@@ -31,7 +33,7 @@ struct AttentionProblem {
         alpha("alpha", h) {
     core::fill(Space{}, qkv, core::Init::normal(1.0), 1, 1);
     core::fill(Space{}, d_o, core::Init::normal(1.0), 1, 2);
-    Kokkos::deep_copy(alpha, 0.125f);
+    Kokkos::deep_copy(alpha, float(1 / std::sqrt(double(dh))));  // the usual 1/√Dh
   }
   std::int64_t row() const { return 3 * std::int64_t(heads) * head_dim; }
 
