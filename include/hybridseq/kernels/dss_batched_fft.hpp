@@ -15,7 +15,7 @@
 ///
 /// The transforms follow cuFFT's conventions (R2C: m reals to m/2 + 1 complex, interleaved;
 /// C2R back, unnormalised, the imaginary parts of the first and middle bins ignored). On
-/// Cuda they are cuFFT's: plans made once per (type, M, rows) and kept for the process, the
+/// Cuda they are cuFFT's: plans made once per (type, M, rows) and kept until Kokkos::finalize, the
 /// work area from the caller's workspace (auto-allocation off), so a step allocates no device
 /// memory once its plans exist; the scratch queries make the plans, so they are exact. On
 /// host spaces a plain radix-2 transform per row stands in for cuFFT, so that the test suite
@@ -83,9 +83,19 @@ struct Plans {
   std::mutex mutex;
   std::map<std::tuple<int, std::int64_t, std::int64_t>, Plan> plans;
 
+  /// The process's plans; Kokkos::finalize destroys them, while the CUDA context they belong
+  /// to still exists (a static destructor would run after it).
   static Plans& instance() {
     static Plans p;
+    static const bool hooked = (Kokkos::push_finalize_hook([] { instance().clear(); }), true);
+    (void)hooked;
     return p;
+  }
+
+  void clear() {
+    std::lock_guard lock(mutex);
+    for (auto& [key, plan] : plans) cufftDestroy(plan.handle);
+    plans.clear();
   }
 
   /// The plan for `rows` transforms of length m, made on first use. Call with the lock held.
