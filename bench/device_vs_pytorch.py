@@ -114,7 +114,7 @@ def train_step(precision):
     return s, sum(p.numel() for p in model.parameters())
 
 
-def ours(bench, out):
+def run_ours(bench, out):
     path = os.path.join(out, "hybridseq-device-bench.json")
     subprocess.run([bench, f"--benchmark_out={path}", "--benchmark_out_format=json"], check=True)
     with open(path) as f:
@@ -129,7 +129,7 @@ def main():
     ap.add_argument("--out", required=True, help="folder for the JSON and the Markdown table")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    mine = ours(args.bench, args.out)
+    mine = run_ours(args.bench, args.out)
 
     rows = []  # (workload, ours name, torch seconds, note)
 
@@ -155,8 +155,8 @@ def main():
                 visible = (TOKENS // t) * (WIDTH // dh) * t * (t + 1) / 2
                 flop = (3.5 if backward else 1.0) * 4.0 * visible * dh
                 s = attention(t, dh, backward, dtype)
-                ours = f"attention_{kind}_bf16" if label == "bf16" else f"attention_{kind}"
-                row(f"causal attention T={t} Dh={dh} {kind}, {label}", f"{ours}/causal/T:{t}/Dh:{dh}/real_time", s,
+                bench_name = f"attention_{kind}_bf16" if label == "bf16" else f"attention_{kind}"
+                row(f"causal attention T={t} Dh={dh} {kind}, {label}", f"{bench_name}/causal/T:{t}/Dh:{dh}/real_time", s,
                     "TFLOP/s", f"torch {flop / s * 1e-12:.1f} TFLOP/s")
     for backward in (False, True):
         kind = "fwd_bwd" if backward else "fwd"

@@ -2,6 +2,9 @@
 # Fails, listing the files, when any tracked C++ file differs from clang-format's output
 # (the style in .clang-format; clang-format 14, Debian 12's). Fix with:
 #   git ls-files '*.hpp' '*.cpp' | xargs clang-format -i
+# and when pyflakes finds undefined, shadowed or unused names in a tracked Python script: the
+# scripts that run where nothing can be fixed (the GPU machine's device_vs_pytorch.py) must
+# not fail on a name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t files < <(git ls-files '*.hpp' '*.cpp' '*.h')
@@ -13,3 +16,6 @@ if ! clang-format --dry-run -Werror "${files[@]}" 2>"$report"; then
   exit 1
 fi
 echo "hybridseq: ${#files[@]} C++ files match .clang-format"
+mapfile -t scripts < <(git ls-files '*.py')
+pyflakes3 "${scripts[@]}" || { echo "hybridseq: pyflakes found the problems above" >&2; exit 1; }
+echo "hybridseq: ${#scripts[@]} Python files pass pyflakes"

@@ -217,7 +217,7 @@ def main():
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     with open(args.results, "w") as f:
-        f.write(head + BEGIN + "\n" + block + "\n\n" + f"![long-context](" + os.path.basename(args.png) + ")\n" + END
+        f.write(head + BEGIN + "\n" + block + "\n\n" + "![long-context](" + os.path.basename(args.png) + ")\n" + END
                 + tail)
 
 

@@ -1,7 +1,8 @@
 // hybridseq-device-bench: GPU-sized kernels and a training step on the build's default execution
 // space (Kokkos::Cuda in the CUDA configuration), for scripts/device-check.sh, which times PyTorch
 // on the same GPU and shapes beside it (bench/device_vs_pytorch.py). Float32 tensors; the
-// products in fp32 but where a name says TF32 or bf16.
+// products in fp32 but where a row's arguments ask for TF32 or bf16 (math, gemm, _bf16,
+// attention_bf16).
 //
 //   copy/MiB:1024                    device-to-device copy: GB/s counting bytes read and written
 //                                    (the bandwidth yardstick of this run)

@@ -305,6 +305,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("bf16 tensor-core attention matches the oracle on bf16
   check_bf16_against_oracle<att::Causal, S>(2, 130, 4, 2, 64);
   check_bf16_against_oracle<att::SlidingWindow<100>, S>(1, 150, 2, 2, 100);
   check_bf16_against_oracle<att::Causal, S>(1, 140, 2, 1, 128, 0.3);
+  check_bf16_against_oracle<att::Causal, S>(2, 130, 4, 2, 72);  // the second dK/dV team: 8 dims
 }
 
 TEST_CASE("bf16 tensor-core attention refuses what it cannot take", "[attention][bf16][errors][host]") {

@@ -426,11 +426,12 @@ HYBRIDSEQ_SPACE_TEST_CASE("gemm facade matches the naive oracle for every op", "
 
 // GemmMath on cuBLAS: TF32 and bf16 round the inputs as they are read (10 and 7 mantissa bits,
 // 2⁻¹¹ and 2⁻⁸ relative each) and accumulate in fp32, so over K = 256 standard normal terms
-// the result is within a few times √K · 2⁻¹⁰ (resp. 2⁻⁷) of fp32's, and not equal to it (the
-// setting took effect). Host GEMMs ignore the setting: the same bits.
+// the result is within a few times √K · 2⁻¹⁰ (resp. 2⁻⁷) of fp32's (the largest of 64 K
+// entries is near 17 · 2⁻ᵇⁱᵗˢ), and not equal to it: the setting took effect (256³ is large
+// enough for cuBLAS to choose tensor cores). Host GEMMs ignore the setting: the same bits.
 HYBRIDSEQ_SPACE_TEST_CASE("gemm math: TF32 and bf16 within their rounding of fp32", "[core][kernels]") {
   using Space = TestType;
-  const int m = 64, n = 48, k = 256;
+  const int m = 256, n = 256, k = 256;
   Tensor<float**, Space> a("a", m, k), b("b", k, n);
   core::fill(Space{}, core::flat(a), core::Init::normal(1), 1, 1);
   core::fill(Space{}, core::flat(b), core::Init::normal(1), 1, 2);

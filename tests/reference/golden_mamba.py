@@ -25,6 +25,7 @@ Two sources of truth:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from typing import Dict, List, Tuple
@@ -182,11 +183,7 @@ def write_mamba_goldens(outdir: str) -> List[str]:
     """Writes every Mamba golden into `outdir`; returns their paths. Without transformers
     installed, the MambaMixer goldens are skipped with a note (the committed files stay)."""
     os.makedirs(outdir, exist_ok=True)
-    try:
-        import transformers  # noqa: F401
-        have_hf = True
-    except ImportError:
-        have_hf = False
+    have_hf = importlib.util.find_spec("transformers") is not None
     paths = []
     with make_golden.single_threaded():
         for case in CASES:

@@ -39,7 +39,6 @@ import os
 import sys
 from typing import Dict, List, Sequence
 
-import torch
 from torch import Tensor, nn
 
 _HERE = os.path.dirname(os.path.abspath(__file__))

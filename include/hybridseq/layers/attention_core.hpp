@@ -55,8 +55,8 @@ struct AttentionOptions {
   std::int64_t max_cache = 4096;  // decoding: KV-cache capacity per sequence
   double dropout = 0;             // on the attention probabilities, in training passes
   /// The attention products: native (in the layer's scalar type) or bf16 (operands rounded to
-  /// bf16, fp32 accumulation: tensor cores on a GPU; float layers only; the backward on tensor
-  /// cores up to head dim 64, the native kernel from the bf16 forward's O and LSE above). On
+  /// bf16, fp32 accumulation: tensor cores on a GPU, forward and backward, head dims up to 128;
+  /// float layers only). On
   /// host spaces bf16 runs an emulation of the tensor cores that is far slower than native: it
   /// is there to compare against.
   kernels::attention::Precision precision = kernels::attention::Precision::native;
