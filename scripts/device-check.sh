@@ -17,7 +17,7 @@
 # then scripts/device-pack.sh. CUDA's runtime libraries come from the GPU machine's toolkit or
 # PyTorch's wheels (found below); Debian's that it lacks, from <build>/device-libs.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 build=${1:-build-cuda}
 [[ "$build" == /* ]] || build="$PWD/$build"
@@ -99,14 +99,15 @@ step quickstart "$build/examples/quickstart" --steps 2000 --max-loss 2.5
 step nccl_check "$build/tests/nccl_check"
 step device_vs_pytorch python3 bench/device_vs_pytorch.py --bench "$build/bench/hybridseq-device-bench" --out "$out"
 
-failed=0
+all_passed=0
+rows=()
 for family in "${families[@]}"; do rows+=("test_$family"); done
 for name in "${rows[@]}" quickstart nccl_check device_vs_pytorch; do
   cat "$out/$name.row" >>"$report"
-  grep -q '| pass |' "$out/$name.row" || failed=1
+  grep -q '| pass |' "$out/$name.row" || all_passed=1
   rm -f "$out/$name.row"
 done
 echo >>"$report"
 [[ -f "$out/device_vs_pytorch.md" ]] && cat "$out/device_vs_pytorch.md" >>"$report"
 cat "$report"
-exit "$failed"
+exit "$all_passed"

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake g++ make
   clang-format           # clang-format 14: the style check (scripts/check-format.sh)
-  pyflakes3              # pyflakes: the Python scripts' check (scripts/check-format.sh)
+  pyflakes3 shellcheck   # the Python and shell scripts' checks (scripts/check-format.sh)
   clang libclang-rt-14-dev  # clang + libFuzzer: the safetensors fuzz smoke run (scripts/fuzz.sh)
   libeigen3-dev          # Eigen 3.4: host GEMM fallback, small dense maths, half/bfloat16 (io/)
   libboost-dev           # Boost.Hana

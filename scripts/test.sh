@@ -2,7 +2,7 @@
 # Builds and runs the whole hybridseq test suite on a fresh Debian machine:
 #   0. installs missing dependencies from Debian's archive,
 #   1. checks the C++ style (scripts/check-format.sh: clang-format 14, .clang-format) and the
-#      Python scripts (pyflakes),
+#      Python and shell scripts (pyflakes, shellcheck),
 #   2. builds Kokkos 3.4.01 (Serial + OpenMP) once per machine into a cache,
 #   3. configures, builds and runs every test (Serial and OpenMP, goldens, gradient checks,
 #      header self-containment, the installed package from a downstream project, the example),
