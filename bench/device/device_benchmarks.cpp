@@ -31,10 +31,9 @@
 //                                    loss, backward, global-norm clipping, AdamW, as the Trainer
 //                                    steps; GEMMs by GemmMath (0 fp32, 1 TF32, 2 bf16), attention's
 //                                    products in fp32 or bf16 (AttentionOptions::precision);
-//                                    tokens/s and model TFLOP/s
-//                                    (6 × the matrix parameters per token plus attention's
-//                                    3.5 × 4·visible·Dh per head); then one more step with every
-//                                    kernel timed, printed on stderr
+//                                    tokens/s and model TFLOP/s (6 × the matrix parameters per
+//                                    token plus attention's 3.5 × 4·visible·Dh per head); then one
+//                                    more step with every kernel timed, printed on stderr
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -207,28 +206,19 @@ const Registration registration([] {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
+  const auto attention_row = [](const char* name, auto* run, int t, int dh) {
+    benchmark::RegisterBenchmark(name, run)
+        ->Args({t, dh})
+        ->ArgNames({"T", "Dh"})
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  };
   for (int t : {1024, 4096}) {
-    benchmark::RegisterBenchmark("attention_fwd/causal", attention<false>)
-        ->Args({t, 64})
-        ->ArgNames({"T", "Dh"})
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark("attention_fwd_bwd/causal", attention<true>)
-        ->Args({t, 64})
-        ->ArgNames({"T", "Dh"})
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
+    attention_row("attention_fwd/causal", attention<false>, t, 64);
+    attention_row("attention_fwd_bwd/causal", attention<true>, t, 64);
     for (int dh : {64, 128}) {
-      benchmark::RegisterBenchmark("attention_fwd_bf16/causal", attention<false, att::Precision::bf16>)
-          ->Args({t, dh})
-          ->ArgNames({"T", "Dh"})
-          ->UseRealTime()
-          ->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark("attention_fwd_bwd_bf16/causal", attention<true, att::Precision::bf16>)
-          ->Args({t, dh})
-          ->ArgNames({"T", "Dh"})
-          ->UseRealTime()
-          ->Unit(benchmark::kMillisecond);
+      attention_row("attention_fwd_bf16/causal", attention<false, att::Precision::bf16>, t, dh);
+      attention_row("attention_fwd_bwd_bf16/causal", attention<true, att::Precision::bf16>, t, dh);
     }
   }
   benchmark::RegisterBenchmark("selective_scan_fwd", selective_scan<false>)

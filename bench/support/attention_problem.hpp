@@ -1,8 +1,9 @@
 #pragma once
 // One (B, T, H, Dh) attention problem for the kernel benchmarks: Q, K, V packed like the
 // fused projection's rows, O, LSE and the gradients, filled with N(0, 1). The host benchmarks
-// use B = 1, H = 8, Dh = 64; the device benchmarks GPU-sized batches, heads and head dims. The buffers are on huge
-// pages where the host has them, as a model's are (they come from its Workspace).
+// use B = 1, H = 8, Dh = 64; the device benchmarks GPU-sized batches, heads and head dims.
+// The buffers are on huge pages where the host has them, as a model's are (they come from its
+// Workspace).
 #include <cmath>
 #include <cstdint>
 #include <string>
