@@ -53,7 +53,7 @@ struct KernelCall {
 template <class Scheme, class Space>
 KernelCall<Space> call(std::int64_t keys, std::int64_t count = 1) {
   return {keys, Scheme::query_count(keys), att::visible_entries<Scheme>(keys), count,
-          [](const Space& exec, const att::AttentionArgs<float>& a) { att::forward<Scheme, float>(exec, a); }};
+          [](const Space& exec, const att::AttentionArgs<float>& a) { att::forward(exec, a, Scheme::band); }};
 }
 
 template <class Space>
@@ -87,7 +87,7 @@ double baseline_seconds(const AttentionProblem<Space>& p) {
   static std::map<std::int64_t, double> cache;
   auto it = cache.find(p.n);
   if (it != cache.end()) return it->second;
-  const double s = seconds_per_call<Space>([&] { att::forward<Scheme, float>(Space{}, p.args()); }, 1, 2);
+  const double s = seconds_per_call<Space>([&] { att::forward(Space{}, p.args(), Scheme::band); }, 1, 2);
   return cache[p.n] = s;
 }
 

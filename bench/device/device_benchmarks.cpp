@@ -100,8 +100,8 @@ void attention(benchmark::State& state) {
   const auto args = p.args();
   const auto grads = p.grads();
   const auto call = [&] {
-    att::forward<att::Causal, float>(Space{}, args, precision);
-    if constexpr (Backward) att::backward<att::Causal, float>(Space{}, args, grads, precision);
+    att::forward(Space{}, args, att::Causal::band, precision);
+    if constexpr (Backward) att::backward(Space{}, args, grads, att::Causal::band, precision);
   };
   time_fenced(state, call);
   const double forward_flop = 4.0 * double(att::visible_entries<att::Causal>(t)) * p.head_dim * p.heads * double(b);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include <hybridseq/core/rng.hpp>
@@ -145,17 +146,17 @@ void check_against_oracle(std::int64_t batch, std::int64_t n, int heads, int kv_
   tiled.dropout = ref.dropout = dropout_mask(p, std::uint64_t(n));
   tiled.template run_on<Space>([](const att::AttentionArgs<double>& a, const att::AttentionGrads<double>& g) {
     if constexpr (kernel == Kernel::team) {
-      att::team::forward<Scheme, double>(Space{}, a);
-      att::team::backward<Scheme, double>(Space{}, a, g);
+      att::team::forward(Space{}, a, Scheme::band);
+      att::team::backward(Space{}, a, g, Scheme::band);
     } else {
-      att::forward<Scheme, double>(Space{}, a);
-      att::backward<Scheme, double>(Space{}, a, g);
+      att::forward(Space{}, a, Scheme::band);
+      att::backward(Space{}, a, g, Scheme::band);
     }
     Space().fence();
   });
-  kernels::reference::attention_forward<Scheme, double>(ref.args());
+  kernels::reference::attention_forward(ref.args(), Scheme::band);
   std::vector<long double> dalpha;
-  kernels::reference::attention_backward<Scheme, double>(ref.args(), ref.grads(), &dalpha);
+  kernels::reference::attention_backward(ref.args(), ref.grads(), Scheme::band, &dalpha);
   INFO(Scheme::name << " B=" << batch << " T=" << n << " H=" << heads << " Hkv=" << kv_heads << " Dh=" << dh
                     << " dropout " << p);
   CHECK(max_rel(tiled.o, ref.o) < 1e-12);
@@ -176,14 +177,14 @@ void check_float_against_oracle(std::int64_t batch, std::int64_t n, int heads, i
   ref.alpha.assign(tiled.alpha.begin(), tiled.alpha.end());
   tiled.dropout = ref.dropout = dropout_mask(p, std::uint64_t(n));
   const auto run = [](const att::AttentionArgs<float>& a, const att::AttentionGrads<float>& g) {
-    att::forward<Scheme, float>(Space{}, a);
-    att::backward<Scheme, float>(Space{}, a, g);
+    att::forward(Space{}, a, Scheme::band);
+    att::backward(Space{}, a, g, Scheme::band);
     Space().fence();
   };
   tiled.template run_on<Space>(run);
-  kernels::reference::attention_forward<Scheme, double>(ref.args());
+  kernels::reference::attention_forward(ref.args(), Scheme::band);
   std::vector<long double> dalpha;
-  kernels::reference::attention_backward<Scheme, double>(ref.args(), ref.grads(), &dalpha);
+  kernels::reference::attention_backward(ref.args(), ref.grads(), Scheme::band, &dalpha);
   INFO(Scheme::name << " B=" << batch << " T=" << n << " H=" << heads << " Hkv=" << kv_heads << " Dh=" << dh
                     << " dropout " << p << " isa " << kernels::isa_name(kernels::host_isa()));
   CHECK(max_rel(tiled.o, ref.o) < 1e-5);
@@ -220,14 +221,14 @@ void check_bf16_against_oracle(std::int64_t batch, std::int64_t n, int heads, in
   ref.alpha.assign(mma.alpha.begin(), mma.alpha.end());
   mma.dropout = ref.dropout = dropout_mask(p, std::uint64_t(n));
   const auto run = [](const att::AttentionArgs<float>& a, const att::AttentionGrads<float>& g) {
-    att::forward<Scheme, float>(Space{}, a, att::Precision::bf16);
-    att::backward<Scheme, float>(Space{}, a, g, att::Precision::bf16);
+    att::forward(Space{}, a, Scheme::band, att::Precision::bf16);
+    att::backward(Space{}, a, g, Scheme::band, att::Precision::bf16);
     Space().fence();
   };
   mma.template run_on<Space>(run);
-  kernels::reference::attention_forward<Scheme, double>(ref.args());
+  kernels::reference::attention_forward(ref.args(), Scheme::band);
   std::vector<long double> dalpha;
-  kernels::reference::attention_backward<Scheme, double>(ref.args(), ref.grads(), &dalpha);
+  kernels::reference::attention_backward(ref.args(), ref.grads(), Scheme::band, &dalpha);
   double v_max = 0, o_err = 0;
   for (float x : mma.qkv) v_max = std::max(v_max, double(std::abs(x)));
   for (std::size_t i = 0; i < mma.o.size(); ++i) o_err = std::max(o_err, std::abs(double(mma.o[i]) - ref.o[i]));
@@ -311,14 +312,14 @@ HYBRIDSEQ_SPACE_TEST_CASE("bf16 tensor-core attention matches the oracle on bf16
 TEST_CASE("bf16 tensor-core attention refuses what it cannot take", "[attention][bf16][errors][host]") {
   Packed<float> big(1, 8, 8, 2, 2, 136, 1);
   CHECK_THROWS_WITH(
-      att::mma::forward<att::Causal>(Kokkos::DefaultHostExecutionSpace{}, big.args()),
+      att::mma::forward(Kokkos::DefaultHostExecutionSpace{}, big.args(), att::Causal::band),
       Catch::Contains("hybridseq::kernels::attention::mma::forward") && Catch::Contains("head dims 1 to 128, got 136"));
-  CHECK_THROWS_WITH(att::mma::backward<att::Causal>(Kokkos::DefaultHostExecutionSpace{}, big.args(), big.grads()),
+  CHECK_THROWS_WITH(att::mma::backward(Kokkos::DefaultHostExecutionSpace{}, big.args(), big.grads(), att::Causal::band),
                     Catch::Contains("hybridseq::kernels::attention::mma::backward") &&
                         Catch::Contains("head dims 1 to 128, got 136"));
   Packed<double> wide(1, 8, 8, 2, 2, 8, 1);
   CHECK_THROWS_WITH(
-      (att::forward<att::Causal, double>(Kokkos::DefaultHostExecutionSpace{}, wide.args(), att::Precision::bf16)),
+      att::forward(Kokkos::DefaultHostExecutionSpace{}, wide.args(), att::Causal::band, att::Precision::bf16),
       Catch::Contains("attention::forward: bf16 products take float inputs, got 8-byte scalars"));
 }
 
@@ -360,8 +361,8 @@ TEST_CASE("tiled attention backward is bit-identical at any thread count", "[att
   const auto run = []<class Space>(Space) {
     Packed<float> p(2, 300, 300, 4, 2, 64, 3);
     p.run_on<Space>([](const att::AttentionArgs<float>& a, const att::AttentionGrads<float>& g) {
-      att::forward<att::Causal, float>(Space{}, a);
-      att::backward<att::Causal, float>(Space{}, a, g);
+      att::forward(Space{}, a, att::Causal::band);
+      att::backward(Space{}, a, g, att::Causal::band);
       Space().fence();
     });
     return p;
@@ -408,6 +409,25 @@ TEST_CASE("segment schemes count their score entries exactly", "[attention][host
   STATIC_REQUIRE(att::visible_entries<att::SSplit<10>>(100) == 10 * 100);
   // ECP's exact visible entries: s causal triangles + (s−1) full previous segments.
   STATIC_REQUIRE(att::visible_entries<att::EcpPairs<256>>(n) == 16 * (m * (m + 1) / 2) + 15 * m * m);
+}
+
+TEST_CASE("each scheme's band gives the key ranges of its definition", "[attention][host]") {
+  // [key_begin, key_end) of query position t among n keys, against segment_schemes.hpp's table.
+  const auto range = [](const att::Band& band, std::int64_t t, std::int64_t n) {
+    return std::pair{band.key_begin(t, n), band.key_end(t, n)};
+  };
+  using R = std::pair<std::int64_t, std::int64_t>;
+  CHECK(range(att::Causal::band, 0, 50) == R{0, 1});
+  CHECK(range(att::Causal::band, 37, 50) == R{0, 38});
+  CHECK(range(att::SlidingWindow<4>::band, 2, 50) == R{0, 3});
+  CHECK(range(att::SlidingWindow<4>::band, 10, 50) == R{7, 11});
+  CHECK(range(att::EcpPairs<16>::band, 5, 64) == R{0, 6});
+  CHECK(range(att::EcpPairs<16>::band, 20, 64) == R{0, 21});
+  CHECK(range(att::EcpPairs<16>::band, 40, 64) == R{16, 41});
+  CHECK(range(att::PerceiverCross<8>::band, 95, 100) == R{0, 96});
+  CHECK(range(att::SSplit<10>::band, 15, 100) == R{10, 20});
+  CHECK(range(att::SSplit<10>::band, 90, 97) == R{90, 97});
+  CHECK(range(att::Bidirectional::band, 3, 50) == R{0, 50});
 }
 
 TEST_CASE("schemes refuse sequence lengths they cannot take", "[attention][host][errors]") {

@@ -288,7 +288,7 @@ class AttentionCore {
   template <class Scheme>
   void attend(const AttendRows<T>& r) const {
     refresh_alpha();
-    kernels::attention::forward<Scheme, T>(Space{}, args(r), precision_);
+    kernels::attention::forward(Space{}, args(r), Scheme::band, precision_);
   }
 
   /// dq, dk, dv of one pass (overwritten), and the temperature's gradient (cosine).
@@ -300,8 +300,8 @@ class AttentionCore {
     Tensor<T*, Space> dalpha;
     if constexpr (S.score == Score::cosine)
       dalpha = ws.template allocate<T*>("attention.dalpha", r.batch * S.heads * nq);
-    kernels::attention::backward<Scheme, T>(Space{}, args(r), {g.d_o, g.dq, g.dk, g.dv, delta.data(), dalpha.data()},
-                                            precision_);
+    kernels::attention::backward(Space{}, args(r), {g.d_o, g.dq, g.dk, g.dv, delta.data(), dalpha.data()}, Scheme::band,
+                                 precision_);
     Space().fence();
     if constexpr (S.score == Score::cosine) accumulate_scale_grad(dalpha, r.batch, nq);
   }

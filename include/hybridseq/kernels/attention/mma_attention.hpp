@@ -290,16 +290,17 @@ struct ForwardLane {
 };
 
 /// Forward for one (batch, head, 64 query rows); DH (32, 64, 128) bounds the head dim.
-template <class Scheme, class Space, int DH>
+template <class Space, int DH>
 struct Forward {
   AttentionArgs<float> a;
+  Band band;
   std::int64_t n_qtiles;
 
   static constexpr int k_stride = stride_for(DH), v_stride = stride_for(tile_k);
 
   static std::size_t scratch_bytes() {
     return team::detail::padded(4 * std::size_t(tile_k) * k_stride) +
-           team::detail::padded(4 * std::size_t(DH) * v_stride);
+           team::detail::padded(4 * std::size_t(DH) * v_stride) + team::detail::RowKeys::scratch_bytes();
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
@@ -310,6 +311,7 @@ struct Forward {
     const float alpha = a.alpha[h];
     std::uint32_t* ks = team::detail::scratch<std::uint32_t>(team, std::int64_t(tile_k) * k_stride);
     std::uint32_t* vt = team::detail::scratch<std::uint32_t>(team, std::int64_t(DH) * v_stride);
+    const team::detail::RowKeys keys(team, band, p_first, rows, n);
     ForwardLane<DH> st[slots<Space>];
     constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
@@ -321,7 +323,7 @@ struct Forward {
       x.l[0] = x.l[1] = 0;
     });
 
-    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+    const std::int64_t kb = band.key_begin(p_first, n), ke = band.key_end(p_last, n);
     for (std::int64_t k0 = kb; k0 < ke; k0 += tile_k) {
       const std::int64_t cols = ke - k0 < tile_k ? ke - k0 : tile_k;
       team.team_barrier();  // every lane is done with the previous block
@@ -338,8 +340,8 @@ struct Forward {
         HYBRIDSEQ_DEVICE_UNROLL
         for (int half = 0; half < 2; ++half) {
           const std::int64_t r = row_of(t, half, rows);
-          std::int64_t c0 = 0, c1 = 0;
-          if (r >= 0) team::detail::visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
+          int c0 = 0, c1 = 0;
+          if (r >= 0) keys.visible(r, k0, cols, c0, c1);
           float mx = x.m[half];
           HYBRIDSEQ_DEVICE_UNROLL
           for (int j = 0; j < tile_k / 8; ++j) {
@@ -441,10 +443,11 @@ struct KeyLane {
 /// wider bounds step 32 rows; and DH = 128's dK and dV do not fit a lane beside the rest, so
 /// two teams share a key tile, each writing half of the dims (both compute Sᵀ and dPᵀ: six
 /// products per step in place of four).
-template <class Scheme, class Space, int DH>
+template <class Space, int DH>
 struct BackwardKV {
   AttentionArgs<float> a;
   AttentionGrads<float> g;
+  Band band;
   std::int64_t n_ktiles;
 
   static constexpr int parts = DH > 64 ? 2 : 1;  // teams per key tile
@@ -454,7 +457,8 @@ struct BackwardKV {
 
   static std::size_t scratch_bytes() {
     return 2 * team::detail::padded(4 * std::size_t(qb) * row_stride) +
-           2 * team::detail::padded(4 * std::size_t(dims) * dim_stride) + 2 * team::detail::padded(4 * qb);
+           2 * team::detail::padded(4 * std::size_t(dims) * dim_stride) + 2 * team::detail::padded(4 * qb) +
+           team::detail::KeyQueries::scratch_bytes();
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
@@ -468,6 +472,7 @@ struct BackwardKV {
     std::uint32_t* do_dims = team::detail::scratch<std::uint32_t>(team, std::int64_t(dims) * dim_stride);
     float* lse = team::detail::scratch<float>(team, qb);
     float* delta = team::detail::scratch<float>(team, qb);
+    const team::detail::KeyQueries queries(team, band, a, k0, cols);
     using Lane = KeyLane<DH, qb, dims>;
     Lane st[slots<Space>];
 
@@ -479,8 +484,8 @@ struct BackwardKV {
       zero(x.dk);
       zero(x.dv);
     });
-    const std::int64_t i_begin = attention::detail::first_query_seeing<Scheme>(k0, a.q0, a.tq, n);
-    const std::int64_t i_end = attention::detail::end_query_seeing<Scheme>(k0 + cols, a.q0, a.tq, n);
+    const std::int64_t i_begin = attention::detail::first_query_seeing(band, k0, a.q0, a.tq, n);
+    const std::int64_t i_end = attention::detail::end_query_seeing(band, k0 + cols, a.q0, a.tq, n);
     for (int h = hk * group; h < (hk + 1) * group; ++h) {
       const float alpha = a.alpha[h];
       for (std::int64_t i0 = i_begin; i0 < i_end; i0 += qb) {
@@ -508,15 +513,16 @@ struct BackwardKV {
           HYBRIDSEQ_DEVICE_UNROLL
           for (int half = 0; half < 2; ++half) {
             const std::int64_t c = row_of(t, half, cols), key = k0 + c;
+            int r0 = 0, r1 = 0;  // the block's rows that see the key (none for a lane past cols)
+            if (c >= 0) queries.seeing(c, i0, rows, r0, r1);
             HYBRIDSEQ_DEVICE_UNROLL
             for (int j = 0; j < qb / 8; ++j) {
               HYBRIDSEQ_DEVICE_UNROLL
               for (int e = 0; e < 2; ++e) {
                 const int r = col_of(t, j, e);
-                const std::int64_t p = a.q0 + i0 + r;
                 float& pv = x.s[j][2 * half + e];
                 float& ds = x.dp[j][2 * half + e];
-                if (c < 0 || r >= rows || key < Scheme::key_begin(p, n) || key >= Scheme::key_end(p, n)) {
+                if (r < r0 || r >= r1) {
                   pv = ds = 0;
                   continue;
                 }
@@ -572,10 +578,11 @@ struct QueryLane {
 /// dP = dO·Vᵀ, dQ += α·dS·K. DH (32, 64, 128) bounds the head dim; DH = 128 steps through
 /// the keys 32 at a time, which keeps S and dP beside the Q, dO and dQ fragments in registers
 /// and the staged K and V rows within the team's scratch.
-template <class Scheme, class Space, int DH>
+template <class Space, int DH>
 struct BackwardQ {
   AttentionArgs<float> a;
   AttentionGrads<float> g;
+  Band band;
   std::int64_t n_qtiles;
 
   static constexpr int kb = DH > 64 ? 32 : tile_k;  // keys per step
@@ -583,7 +590,8 @@ struct BackwardQ {
 
   static std::size_t scratch_bytes() {
     return 2 * team::detail::padded(4 * std::size_t(kb) * row_stride) +
-           team::detail::padded(4 * std::size_t(DH) * dim_stride) + team::detail::padded(sizeof(double) * threads);
+           team::detail::padded(4 * std::size_t(DH) * dim_stride) + team::detail::padded(sizeof(double) * threads) +
+           team::detail::RowKeys::scratch_bytes();
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
@@ -596,6 +604,7 @@ struct BackwardQ {
     std::uint32_t* v_rows = team::detail::scratch<std::uint32_t>(team, std::int64_t(kb) * row_stride);
     std::uint32_t* k_dims = team::detail::scratch<std::uint32_t>(team, std::int64_t(DH) * dim_stride);
     double* dalpha = team::detail::scratch<double>(team, threads);
+    const team::detail::RowKeys keys(team, band, p_first, rows, n);
     using Lane = QueryLane<DH, kb>;
     Lane st[slots<Space>];
 
@@ -613,7 +622,7 @@ struct BackwardQ {
       }
       x.dalpha = 0;
     });
-    const std::int64_t k_begin = Scheme::key_begin(p_first, n), k_end = Scheme::key_end(p_last, n);
+    const std::int64_t k_begin = band.key_begin(p_first, n), k_end = band.key_end(p_last, n);
     for (std::int64_t k0 = k_begin; k0 < k_end; k0 += kb) {
       const std::int64_t cols = k_end - k0 < kb ? k_end - k0 : kb;
       team.team_barrier();
@@ -634,8 +643,8 @@ struct BackwardQ {
         HYBRIDSEQ_DEVICE_UNROLL
         for (int half = 0; half < 2; ++half) {
           const std::int64_t r = row_of(t, half, rows);
-          std::int64_t c0 = 0, c1 = 0;
-          if (r >= 0) team::detail::visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
+          int c0 = 0, c1 = 0;
+          if (r >= 0) keys.visible(r, k0, cols, c0, c1);
           HYBRIDSEQ_DEVICE_UNROLL
           for (int j = 0; j < kb / 8; ++j) {
             HYBRIDSEQ_DEVICE_UNROLL
@@ -701,15 +710,15 @@ inline constexpr int max_head_dim = 128;
 
 /// O and LSE for every query row, as attention::forward computes them, with Q, K, V and the
 /// probabilities rounded to bf16 (fp32 accumulation). Float only.
-template <class Scheme, class Space>
-void forward(const Space& exec, const AttentionArgs<float>& a) {
+template <class Space>
+void forward(const Space& exec, const AttentionArgs<float>& a, const Band& band) {
   if (a.head_dim < 1 || a.head_dim > max_head_dim)
     fail<value_error>("hybridseq::kernels::attention::mma::forward",
                       "the bf16 tensor-core kernel takes head dims 1 to ", max_head_dim, ", got ", a.head_dim);
   const std::int64_t nq = query_tiles(a.tq);
   team::detail::with_register_bound<128>(a.head_dim, [&](auto bound) {
-    using F = detail::Forward<Scheme, Space, decltype(bound)::value>;
-    detail::launch("hybridseq::kernels::attention::forward[bf16 mma]", exec, a.batch * a.heads * nq, F{a, nq});
+    using F = detail::Forward<Space, decltype(bound)::value>;
+    detail::launch("hybridseq::kernels::attention::forward[bf16 mma]", exec, a.batch * a.heads * nq, F{a, band, nq});
   });
 }
 
@@ -717,8 +726,8 @@ void forward(const Space& exec, const AttentionArgs<float>& a) {
 /// them, with Q, K, V, dO, the probabilities and dS rounded to bf16 for the products (fp32
 /// accumulation), from a bf16 forward's O and LSE. Deterministic: every gradient row has one
 /// writer. Float only; head dims up to max_head_dim.
-template <class Scheme, class Space>
-void backward(const Space& exec, const AttentionArgs<float>& a, const AttentionGrads<float>& g) {
+template <class Space>
+void backward(const Space& exec, const AttentionArgs<float>& a, const AttentionGrads<float>& g, const Band& band) {
   if (a.head_dim < 1 || a.head_dim > max_head_dim)
     fail<value_error>("hybridseq::kernels::attention::mma::backward",
                       "the bf16 tensor-core kernel takes head dims 1 to ", max_head_dim, ", got ", a.head_dim);
@@ -728,11 +737,12 @@ void backward(const Space& exec, const AttentionArgs<float>& a, const AttentionG
                        attention::detail::Delta<float, Space>{a, g});
   const std::int64_t nk = (a.tk + tile_k - 1) / tile_k, nq = query_tiles(a.tq);
   team::detail::with_register_bound<128>(a.head_dim, [&](auto bound) {
-    using KV = detail::BackwardKV<Scheme, Space, decltype(bound)::value>;
-    using Q = detail::BackwardQ<Scheme, Space, decltype(bound)::value>;
+    using KV = detail::BackwardKV<Space, decltype(bound)::value>;
+    using Q = detail::BackwardQ<Space, decltype(bound)::value>;
     detail::launch("hybridseq::kernels::attention::backward_kv[bf16 mma]", exec, a.batch * a.kv_heads * nk * KV::parts,
-                   KV{a, g, nk});
-    detail::launch("hybridseq::kernels::attention::backward_q[bf16 mma]", exec, a.batch * a.heads * nq, Q{a, g, nq});
+                   KV{a, g, band, nk});
+    detail::launch("hybridseq::kernels::attention::backward_q[bf16 mma]", exec, a.batch * a.heads * nq,
+                   Q{a, g, band, nq});
   });
 }
 

@@ -90,14 +90,66 @@ KOKKOS_INLINE_FUNCTION T dot(const T* x, const T* y, int n) {
   return s;
 }
 
-/// Visible columns [c0, c1) of key rows k0 .. k0 + cols − 1 for query position p.
-template <class Scheme>
-KOKKOS_INLINE_FUNCTION void visible(std::int64_t p, std::int64_t n, std::int64_t k0, std::int64_t cols,
-                                    std::int64_t& c0, std::int64_t& c1) {
-  const std::int64_t b = Scheme::key_begin(p, n) - k0, e = Scheme::key_end(p, n) - k0;
-  c0 = b < 0 ? 0 : (b > cols ? cols : b);
-  c1 = e < 0 ? 0 : (e > cols ? cols : e);
+KOKKOS_INLINE_FUNCTION std::int64_t clamp(std::int64_t x, std::int64_t lo, std::int64_t hi) {
+  return x < lo ? lo : (x > hi ? hi : x);
 }
+
+/// The keys each row of a query tile sees, [from[r], to[r]) for query position p_first + r,
+/// staged in team scratch once per task: the loops over key blocks then read two numbers per
+/// row instead of evaluating the band, whose divisions would hold registers through them.
+/// Readable after the next team barrier.
+struct RowKeys {
+  std::int64_t* from;
+  std::int64_t* to;
+
+  static constexpr std::size_t scratch_bytes() { return 2 * padded(sizeof(std::int64_t) * tile_q); }
+
+  template <class Member>
+  KOKKOS_INLINE_FUNCTION RowKeys(const Member& team, const Band& band, std::int64_t p_first, std::int64_t rows,
+                                 std::int64_t n)
+      : from(scratch<std::int64_t>(team, tile_q)), to(scratch<std::int64_t>(team, tile_q)) {
+    std::int64_t* f = from;
+    std::int64_t* e = to;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
+      f[r] = band.key_begin(p_first + r, n);
+      e[r] = band.key_end(p_first + r, n);
+    });
+  }
+
+  /// Row r's visible columns [c0, c1) among key rows k0 .. k0 + cols − 1 (cols ≤ a tile).
+  KOKKOS_INLINE_FUNCTION void visible(std::int64_t r, std::int64_t k0, std::int64_t cols, int& c0, int& c1) const {
+    c0 = int(clamp(from[r] - k0, 0, cols));
+    c1 = int(clamp(to[r] - k0, 0, cols));
+  }
+};
+
+/// The queries that see each key of a key tile, [from[c], to[c]) for key k0 + c (query
+/// indices, 0 .. Tq): the band's ends never decrease, so they are a range. Staged once per task
+/// for the same reason as RowKeys; readable after the next team barrier.
+struct KeyQueries {
+  std::int64_t* from;
+  std::int64_t* to;
+
+  static constexpr std::size_t scratch_bytes() { return 2 * padded(sizeof(std::int64_t) * tile_k); }
+
+  template <class Member, class T>
+  KOKKOS_INLINE_FUNCTION KeyQueries(const Member& team, const Band& band, const AttentionArgs<T>& a, std::int64_t k0,
+                                    std::int64_t cols)
+      : from(scratch<std::int64_t>(team, tile_k)), to(scratch<std::int64_t>(team, tile_k)) {
+    std::int64_t* f = from;
+    std::int64_t* e = to;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](const std::int64_t c) {
+      f[c] = attention::detail::first_query_seeing(band, k0 + c, a.q0, a.tq, a.tk);
+      e[c] = attention::detail::end_query_seeing(band, k0 + c + 1, a.q0, a.tq, a.tk);
+    });
+  }
+
+  /// The rows [r0, r1) of the query block i0 .. i0 + rows − 1 that see key k0 + c.
+  KOKKOS_INLINE_FUNCTION void seeing(std::int64_t c, std::int64_t i0, std::int64_t rows, int& r0, int& r1) const {
+    r0 = int(clamp(from[c] - i0, 0, rows));
+    r1 = int(clamp(to[c] - i0, 0, rows));
+  }
+};
 
 /// Copies `rows` rows of Dh from `from` (starting at time t0) into scratch, row r at
 /// to + r · stride (stride ≥ Dh).
@@ -132,15 +184,16 @@ KOKKOS_INLINE_FUNCTION void stage_queries(const Member& team, const AttentionArg
 
 namespace in_memory {
 
-template <class Scheme, class T, class Space>
+template <class T, class Space>
 struct Forward {
   AttentionArgs<T> a;
+  Band band;
   std::int64_t n_qtiles;
   int kt;  // key rows staged per step
 
   static std::size_t scratch_bytes(int dh, int kt) {
     return 2 * padded(sizeof(T) * std::size_t(kt) * dh) + padded(sizeof(T) * std::size_t(tile_q) * kt) +
-           2 * padded(sizeof(T) * tile_q);
+           2 * padded(sizeof(T) * tile_q) + RowKeys::scratch_bytes();
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
@@ -154,6 +207,7 @@ struct Forward {
     T* s_all = scratch<T>(team, std::int64_t(tile_q) * kt);
     T* m = scratch<T>(team, tile_q);
     T* l = scratch<T>(team, tile_q);
+    const RowKeys keys(team, band, p_first, rows, n);
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
       m[r] = attention::detail::neg_inf<T>();
@@ -161,15 +215,15 @@ struct Forward {
       T* o = a.o.row(b, i0 + r, h);
       for (int d = 0; d < dh; ++d) o[d] = 0;
     });
-    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+    const std::int64_t kb = band.key_begin(p_first, n), ke = band.key_end(p_last, n);
     for (std::int64_t k0 = kb; k0 < ke; k0 += kt) {
       const std::int64_t cols = ke - k0 < kt ? ke - k0 : kt;
       team.team_barrier();  // every thread is done with the previous rows
       stage_keys<T>(team, a, b, k0, hk, cols, ks, vs, dh);
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
-        std::int64_t c0, c1;
-        visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
+        int c0, c1;
+        keys.visible(r, k0, cols, c0, c1);
         if (c0 >= c1) return;
         const T* q = a.q.row(b, i0 + r, h);
         T* s = s_all + r * kt;
@@ -206,10 +260,11 @@ struct Forward {
 };
 
 /// dK, dV for one (batch, kv head, key block): a thread per key row.
-template <class Scheme, class T, class Space>
+template <class T, class Space>
 struct BackwardKV {
   AttentionArgs<T> a;
   AttentionGrads<T> g;
+  Band band;
   std::int64_t n_ktiles;
   int qt;  // query rows staged per step
 
@@ -231,8 +286,8 @@ struct BackwardKV {
       T* dv = g.dv.row(b, k0 + c, hk);
       for (int d = 0; d < dh; ++d) dk[d] = 0, dv[d] = 0;
     });
-    const std::int64_t i_begin = attention::detail::first_query_seeing<Scheme>(k0, a.q0, a.tq, n);
-    const std::int64_t i_end = attention::detail::end_query_seeing<Scheme>(k0 + cols, a.q0, a.tq, n);
+    const std::int64_t i_begin = attention::detail::first_query_seeing(band, k0, a.q0, a.tq, n);
+    const std::int64_t i_end = attention::detail::end_query_seeing(band, k0 + cols, a.q0, a.tq, n);
     for (int h = hk * group; h < (hk + 1) * group; ++h) {
       const T alpha = a.alpha[h];
       for (std::int64_t i0 = i_begin; i0 < i_end; i0 += qt) {
@@ -248,7 +303,7 @@ struct BackwardKV {
           T* dv = g.dv.row(b, key, hk);
           for (std::int64_t r = 0; r < rows; ++r) {
             const std::int64_t p = a.q0 + i0 + r;
-            if (key < Scheme::key_begin(p, n) || key >= Scheme::key_end(p, n)) continue;
+            if (key < band.key_begin(p, n) || key >= band.key_end(p, n)) continue;
             const T* q = qs + r * dh;
             const T* d_o = dos + r * dh;
             const T prob = exp_in_loop(alpha * dot(q, k, dh) - lse[r]);
@@ -267,15 +322,16 @@ struct BackwardKV {
 };
 
 /// dQ and the temperature partial for one (batch, head, query block): a thread per query row.
-template <class Scheme, class T, class Space>
+template <class T, class Space>
 struct BackwardQ {
   AttentionArgs<T> a;
   AttentionGrads<T> g;
+  Band band;
   std::int64_t n_qtiles;
   int kt;  // key rows staged per step
 
   static std::size_t scratch_bytes(int dh, int kt) {
-    return padded(sizeof(double) * tile_q) + 2 * padded(sizeof(T) * std::size_t(kt) * dh);
+    return padded(sizeof(double) * tile_q) + 2 * padded(sizeof(T) * std::size_t(kt) * dh) + RowKeys::scratch_bytes();
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
@@ -287,21 +343,22 @@ struct BackwardQ {
     double* dalpha = scratch<double>(team, tile_q);  // Σ_j dS ⊙ S of each row
     T* ks = scratch<T>(team, std::int64_t(kt) * dh);
     T* vs = scratch<T>(team, std::int64_t(kt) * dh);
+    const RowKeys keys(team, band, p_first, rows, n);
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
       dalpha[r] = 0;
       T* dq = g.dq.row(b, i0 + r, h);
       for (int d = 0; d < dh; ++d) dq[d] = 0;
     });
-    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+    const std::int64_t kb = band.key_begin(p_first, n), ke = band.key_end(p_last, n);
     for (std::int64_t k0 = kb; k0 < ke; k0 += kt) {
       const std::int64_t cols = ke - k0 < kt ? ke - k0 : kt;
       team.team_barrier();
       stage_keys<T>(team, a, b, k0, hk, cols, ks, vs, dh);
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const std::int64_t r) {
-        std::int64_t c0, c1;
-        visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
+        int c0, c1;
+        keys.visible(r, k0, cols, c0, c1);
         const std::int64_t i = i0 + r;
         const T* q = a.q.row(b, i, h);
         const T* d_o = g.d_o.row(b, i, h);
@@ -356,12 +413,13 @@ struct Row {
 // holds it through every staged block; on the host the team's one thread takes them in turn.
 // Every thread runs every staged block's barriers, rows or not.
 
-template <class Scheme, class T, class Space, int DH>
+template <class T, class Space, int DH>
 struct Forward {
   AttentionArgs<T> a;
+  Band band;
   std::int64_t n_qtiles;
 
-  static std::size_t scratch_bytes() { return 2 * padded(sizeof(T) * key_block * DH); }
+  static std::size_t scratch_bytes() { return 2 * padded(sizeof(T) * key_block * DH) + RowKeys::scratch_bytes(); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
     const QueryTile tile(a, team.league_rank(), n_qtiles);
@@ -371,7 +429,8 @@ struct Forward {
     const T alpha = a.alpha[h];
     T* ks = scratch<T>(team, std::int64_t(key_block) * DH);
     T* vs = scratch<T>(team, std::int64_t(key_block) * DH);
-    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+    const RowKeys keys(team, band, p_first, rows, n);
+    const std::int64_t kb = band.key_begin(p_first, n), ke = band.key_end(p_last, n);
 
     for (int r = team.team_rank(); r < tile_q; r += team.team_size()) {
       const bool mine = r < rows;
@@ -387,8 +446,8 @@ struct Forward {
         stage_keys<T>(team, a, b, k0, hk, cols, ks, vs, DH);
         team.team_barrier();
         if (!mine) continue;
-        std::int64_t c0, c1;
-        visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
+        int c0, c1;
+        keys.visible(r, k0, cols, c0, c1);
         if (c0 >= c1) continue;
         T s[key_block];
         T mx = m;
@@ -438,14 +497,15 @@ struct Forward {
 
 /// dK, dV for one (batch, kv head, key block): a thread per key row, its key and value rows
 /// in registers; dK and dV rows updated once per staged block of query rows.
-template <class Scheme, class T, class Space, int DH>
+template <class T, class Space, int DH>
 struct BackwardKV {
   AttentionArgs<T> a;
   AttentionGrads<T> g;
+  Band band;
   std::int64_t n_ktiles;
 
   static std::size_t scratch_bytes() {
-    return 2 * padded(sizeof(T) * query_block * DH) + 2 * padded(sizeof(T) * query_block);
+    return 2 * padded(sizeof(T) * query_block * DH) + 2 * padded(sizeof(T) * query_block) + KeyQueries::scratch_bytes();
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
@@ -456,8 +516,9 @@ struct BackwardKV {
     T* dos = scratch<T>(team, std::int64_t(query_block) * DH);
     T* lse = scratch<T>(team, query_block);
     T* delta = scratch<T>(team, query_block);
-    const std::int64_t i_begin = attention::detail::first_query_seeing<Scheme>(k0, a.q0, a.tq, n);
-    const std::int64_t i_end = attention::detail::end_query_seeing<Scheme>(k0 + cols, a.q0, a.tq, n);
+    const KeyQueries queries(team, band, a, k0, cols);
+    const std::int64_t i_begin = attention::detail::first_query_seeing(band, k0, a.q0, a.tq, n);
+    const std::int64_t i_end = attention::detail::end_query_seeing(band, k0 + cols, a.q0, a.tq, n);
 
     for (int c = team.team_rank(); c < tile_k; c += team.team_size()) {
       const bool mine = c < cols;
@@ -482,10 +543,11 @@ struct BackwardKV {
           if (!mine) continue;
           T pv[query_block], dsa[query_block];
           bool seen[query_block];
+          int r0, r1;  // the block's rows that see this key
+          queries.seeing(c, i0, rows, r0, r1);
           HYBRIDSEQ_DEVICE_UNROLL
           for (int r = 0; r < query_block; ++r) {
-            const std::int64_t p = a.q0 + i0 + r;
-            seen[r] = r < rows && key >= Scheme::key_begin(p, n) && key < Scheme::key_end(p, n);
+            seen[r] = r >= r0 && r < r1;
             pv[r] = dsa[r] = 0;
             if (!seen[r]) continue;
             const T prob = exp_in_loop(alpha * k.dot(qs + r * DH, dh) - lse[r]);
@@ -515,14 +577,15 @@ struct BackwardKV {
 
 /// dQ and the temperature partial for one (batch, head, query block): a thread per query
 /// row, its query and dO rows in registers; its dQ row updated once per staged key block.
-template <class Scheme, class T, class Space, int DH>
+template <class T, class Space, int DH>
 struct BackwardQ {
   AttentionArgs<T> a;
   AttentionGrads<T> g;
+  Band band;
   std::int64_t n_qtiles;
 
   static std::size_t scratch_bytes() {
-    return padded(sizeof(double) * tile_q) + 2 * padded(sizeof(T) * key_block * DH);
+    return padded(sizeof(double) * tile_q) + 2 * padded(sizeof(T) * key_block * DH) + RowKeys::scratch_bytes();
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
@@ -534,7 +597,8 @@ struct BackwardQ {
     double* dalpha = scratch<double>(team, tile_q);  // Σ_j dS ⊙ S of each row
     T* ks = scratch<T>(team, std::int64_t(key_block) * DH);
     T* vs = scratch<T>(team, std::int64_t(key_block) * DH);
-    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+    const RowKeys keys(team, band, p_first, rows, n);
+    const std::int64_t kb = band.key_begin(p_first, n), ke = band.key_end(p_last, n);
 
     for (int r = team.team_rank(); r < tile_q; r += team.team_size()) {
       const bool mine = r < rows;
@@ -557,8 +621,8 @@ struct BackwardQ {
         stage_keys<T>(team, a, b, k0, hk, cols, ks, vs, DH);
         team.team_barrier();
         if (!mine) continue;
-        std::int64_t c0, c1;
-        visible<Scheme>(p_first + r, n, k0, cols, c0, c1);
+        int c0, c1;
+        keys.visible(r, k0, cols, c0, c1);
         if (c0 >= c1) continue;
         T dsa[key_block];
         HYBRIDSEQ_DEVICE_UNROLL
@@ -613,27 +677,27 @@ void with_register_bound(int head_dim, F&& f) {
 }  // namespace detail
 
 /// O and LSE for every query row (the tiled kernel's contract).
-template <class Scheme, class T, class Space>
-void forward(const Space& exec, const AttentionArgs<T>& a) {
+template <class T, class Space>
+void forward(const Space& exec, const AttentionArgs<T>& a, const Band& band) {
   constexpr const char* label = "hybridseq::kernels::attention::forward[team]";
   const std::int64_t nq = query_tiles(a.tq), tasks = a.batch * a.heads * nq;
   detail::with_register_bound(a.head_dim, [&](auto bound) {
     constexpr int DH = decltype(bound)::value;
     if constexpr (DH > 0) {
-      using F = detail::in_registers::Forward<Scheme, T, Space, DH>;
-      detail::launch(label, exec, tasks, tile_q, F::scratch_bytes(), F{a, nq});
+      using F = detail::in_registers::Forward<T, Space, DH>;
+      detail::launch(label, exec, tasks, tile_q, F::scratch_bytes(), F{a, band, nq});
     } else {
-      using F = detail::in_memory::Forward<Scheme, T, Space>;
+      using F = detail::in_memory::Forward<T, Space>;
       const int kt = staged_rows<T>(a.head_dim);
-      detail::launch(label, exec, tasks, tile_q, F::scratch_bytes(a.head_dim, kt), F{a, nq, kt});
+      detail::launch(label, exec, tasks, tile_q, F::scratch_bytes(a.head_dim, kt), F{a, band, nq, kt});
     }
   });
 }
 
 /// dQ, dK, dV (overwritten) from dO, and, when g.dalpha is set, the per-(b, h, query tile)
 /// partial sums of ∂L/∂α (the tiled kernel's contract).
-template <class Scheme, class T, class Space>
-void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads<T>& g) {
+template <class T, class Space>
+void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads<T>& g, const Band& band) {
   if (a.batch * a.tq == 0) return;
   Kokkos::parallel_for("hybridseq::kernels::attention::delta[team]",
                        Kokkos::RangePolicy<Space>(exec, 0, a.batch * a.heads * a.tq),
@@ -645,16 +709,16 @@ void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads
   detail::with_register_bound(a.head_dim, [&](auto bound) {
     constexpr int DH = decltype(bound)::value;
     if constexpr (DH > 0) {
-      using KV = detail::in_registers::BackwardKV<Scheme, T, Space, DH>;
-      using Q = detail::in_registers::BackwardQ<Scheme, T, Space, DH>;
-      detail::launch(kv_label, exec, kv_tasks, tile_k, KV::scratch_bytes(), KV{a, g, nk});
-      detail::launch(q_label, exec, q_tasks, tile_q, Q::scratch_bytes(), Q{a, g, nq});
+      using KV = detail::in_registers::BackwardKV<T, Space, DH>;
+      using Q = detail::in_registers::BackwardQ<T, Space, DH>;
+      detail::launch(kv_label, exec, kv_tasks, tile_k, KV::scratch_bytes(), KV{a, g, band, nk});
+      detail::launch(q_label, exec, q_tasks, tile_q, Q::scratch_bytes(), Q{a, g, band, nq});
     } else {
-      using KV = detail::in_memory::BackwardKV<Scheme, T, Space>;
-      using Q = detail::in_memory::BackwardQ<Scheme, T, Space>;
+      using KV = detail::in_memory::BackwardKV<T, Space>;
+      using Q = detail::in_memory::BackwardQ<T, Space>;
       const int rows = staged_rows<T>(a.head_dim);
-      detail::launch(kv_label, exec, kv_tasks, tile_k, KV::scratch_bytes(a.head_dim, rows), KV{a, g, nk, rows});
-      detail::launch(q_label, exec, q_tasks, tile_q, Q::scratch_bytes(a.head_dim, rows), Q{a, g, nq, rows});
+      detail::launch(kv_label, exec, kv_tasks, tile_k, KV::scratch_bytes(a.head_dim, rows), KV{a, g, band, nk, rows});
+      detail::launch(q_label, exec, q_tasks, tile_q, Q::scratch_bytes(a.head_dim, rows), Q{a, g, band, nq, rows});
     }
   });
 }

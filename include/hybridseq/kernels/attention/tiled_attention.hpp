@@ -5,8 +5,8 @@
 ///
 /// Memory is O(T·D): forward keeps only the per-row log-sum-exp; backward recomputes each
 /// score tile from Q, K and the saved LSE. Never a T×T matrix. Which key tiles a query tile
-/// visits is decided by the scheme at compile time: fully masked tiles are skipped, tiles on
-/// a band edge are masked inside, interior tiles run unmasked.
+/// visits is decided by the scheme's band (segment_schemes.hpp): fully masked tiles are
+/// skipped, tiles on a band edge are masked inside, interior tiles run unmasked.
 ///
 /// Tiles are held transposed, a row per key and a lane per query (Sᵀ = K · α Qᵀ, with α Qᵀ
 /// packed once per query tile): the softmax statistics of a tile's 64 queries are then whole
@@ -134,26 +134,24 @@ KOKKOS_INLINE_FUNCTION T neg_inf() {
 }
 
 /// First query index whose band reaches past key `k0` / last whose band starts before `k1`.
-template <class Scheme>
-KOKKOS_INLINE_FUNCTION std::int64_t first_query_seeing(std::int64_t k0, std::int64_t q0, std::int64_t tq,
-                                                       std::int64_t n) {
+KOKKOS_INLINE_FUNCTION std::int64_t first_query_seeing(const Band& band, std::int64_t k0, std::int64_t q0,
+                                                       std::int64_t tq, std::int64_t n) {
   std::int64_t lo = 0, hi = tq;  // first i with key_end(q0 + i) > k0
   while (lo < hi) {
     const std::int64_t mid = (lo + hi) / 2;
-    if (Scheme::key_end(q0 + mid, n) > k0)
+    if (band.key_end(q0 + mid, n) > k0)
       hi = mid;
     else
       lo = mid + 1;
   }
   return lo;
 }
-template <class Scheme>
-KOKKOS_INLINE_FUNCTION std::int64_t end_query_seeing(std::int64_t k1, std::int64_t q0, std::int64_t tq,
-                                                     std::int64_t n) {
+KOKKOS_INLINE_FUNCTION std::int64_t end_query_seeing(const Band& band, std::int64_t k1, std::int64_t q0,
+                                                     std::int64_t tq, std::int64_t n) {
   std::int64_t lo = 0, hi = tq;  // first i with key_begin(q0 + i) ≥ k1
   while (lo < hi) {
     const std::int64_t mid = (lo + hi) / 2;
-    if (Scheme::key_begin(q0 + mid, n) >= k1)
+    if (band.key_begin(q0 + mid, n) >= k1)
       hi = mid;
     else
       lo = mid + 1;
@@ -161,10 +159,9 @@ KOKKOS_INLINE_FUNCTION std::int64_t end_query_seeing(std::int64_t k1, std::int64
   return lo;
 }
 
-template <class Scheme, class T>
-KOKKOS_INLINE_FUNCTION bool tile_is_interior(std::int64_t p_first, std::int64_t p_last, std::int64_t k0,
-                                             std::int64_t cols, std::int64_t n) {
-  return k0 >= Scheme::key_begin(p_last, n) && k0 + cols <= Scheme::key_end(p_first, n);
+KOKKOS_INLINE_FUNCTION bool tile_is_interior(const Band& band, std::int64_t p_first, std::int64_t p_last,
+                                             std::int64_t k0, std::int64_t cols, std::int64_t n) {
+  return k0 >= band.key_begin(p_last, n) && k0 + cols <= band.key_end(p_first, n);
 }
 
 /// The micro-kernel shape a kernel call runs with: the widest vector copy the host has that
@@ -220,12 +217,12 @@ HYBRIDSEQ_HOST_FORCEINLINE void pack_transposed(const HeadRows<const T>& x, std:
 
 /// Sets the entries of an edge tile Sᵀ (cols keys × tile_q query lanes) that the scheme hides
 /// to −inf, so that exp makes them 0.
-template <class Scheme, class T>
-HYBRIDSEQ_HOST_FORCEINLINE void mask_scores(T* st, std::int64_t p_first, std::int64_t rows, std::int64_t k0,
-                                            std::int64_t cols, std::int64_t n) {
+template <class T>
+HYBRIDSEQ_HOST_FORCEINLINE void mask_scores(const Band& band, T* st, std::int64_t p_first, std::int64_t rows,
+                                            std::int64_t k0, std::int64_t cols, std::int64_t n) {
   for (std::int64_t i = 0; i < rows; ++i) {
-    const std::int64_t kb = std::clamp<std::int64_t>(Scheme::key_begin(p_first + i, n) - k0, 0, cols);
-    const std::int64_t ke = std::clamp<std::int64_t>(Scheme::key_end(p_first + i, n) - k0, 0, cols);
+    const std::int64_t kb = std::clamp<std::int64_t>(band.key_begin(p_first + i, n) - k0, 0, cols);
+    const std::int64_t ke = std::clamp<std::int64_t>(band.key_end(p_first + i, n) - k0, 0, cols);
     for (std::int64_t j = 0; j < kb; ++j) st[j * tile_q + i] = neg_inf<T>();
     for (std::int64_t j = ke; j < cols; ++j) st[j * tile_q + i] = neg_inf<T>();
   }
@@ -261,9 +258,10 @@ HYBRIDSEQ_HOST_FORCEINLINE void online_softmax(T* st, std::int64_t cols, Lanes l
 }
 
 /// Forward: one task per (batch, head, query tile).
-template <class Scheme, class T, class Space>
+template <class T, class Space>
 struct Forward {
   AttentionArgs<T> a;
+  Band band;
   std::int64_t n_qtiles;
   Isa isa;
 
@@ -297,13 +295,12 @@ struct Forward {
     std::fill(l, l + tile_q, T(0));
     std::fill(acc, acc + rows * dh, T(0));
 
-    const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+    const std::int64_t kb = band.key_begin(p_first, n), ke = band.key_end(p_last, n);
     for (std::int64_t k0 = kb / tile_k * tile_k; k0 < ke; k0 += tile_k) {
       const std::int64_t cols = std::min<std::int64_t>(tile_k, n - k0);
       const T* k = a.k.row(b, k0, hk);
       simd::gemm(shape, int(cols), lanes, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false);
-      if (!tile_is_interior<Scheme, T>(p_first, p_last, k0, cols, n))
-        mask_scores<Scheme>(s, p_first, rows, k0, cols, n);
+      if (!tile_is_interior(band, p_first, p_last, k0, cols, n)) mask_scores(band, s, p_first, rows, k0, cols, n);
       if (lanes == tile_q)
         online_softmax<S>(s, cols, std::integral_constant<int, tile_q>{}, m, l, corr);
       else
@@ -368,15 +365,15 @@ struct SlotPlan {
 /// 8 gives up to 8 threads equal shares while duplicating at most 7 blocks.
 inline constexpr int backward_slots = 8;
 
-template <class Scheme, class T>
-SlotPlan plan_slots(const AttentionArgs<T>& a, std::int64_t n_qtiles) {
+template <class T>
+SlotPlan plan_slots(const AttentionArgs<T>& a, const Band& band, std::int64_t n_qtiles) {
   const std::int64_t tasks = a.batch * a.heads * n_qtiles, per_block = a.heads / a.kv_heads * n_qtiles;
   std::vector<std::int64_t> cost(n_qtiles);  // key tiles a query tile visits: the same for every head
   std::int64_t total = 0;
   for (std::int64_t qt = 0; qt < n_qtiles; ++qt) {
     const std::int64_t p_first = a.q0 + qt * tile_q,
                        p_last = a.q0 + std::min<std::int64_t>(a.tq, qt * tile_q + tile_q) - 1;
-    const std::int64_t kb = Scheme::key_begin(p_first, a.tk) / tile_k * tile_k, ke = Scheme::key_end(p_last, a.tk);
+    const std::int64_t kb = band.key_begin(p_first, a.tk) / tile_k * tile_k, ke = band.key_end(p_last, a.tk);
     cost[qt] = 1 + std::max<std::int64_t>(0, (ke - kb + tile_k - 1) / tile_k);  // + 1: the task's own packing
     total += cost[qt];
   }
@@ -421,10 +418,11 @@ SlotPlan plan_slots(const AttentionArgs<T>& a, std::int64_t n_qtiles) {
 /// Backward: slot s runs its tasks, one per (batch, head, query tile), in order; dK and dV of
 /// a block only it touches go to dK and dV, of a shared one to the slot's partial buffers
 /// (`partial`: dK rows, then dV rows, Dh each; SlotPlan).
-template <class Scheme, class T, class Space>
+template <class T, class Space>
 struct Backward {
   AttentionArgs<T> a;
   AttentionGrads<T> g;
+  Band band;
   std::int64_t n_qtiles;
   const SlotPlan* plan;
   T* partial;  // uninitialised: each slot zeroes the rows it sums into, partial or not
@@ -493,7 +491,7 @@ struct Backward {
       std::fill(dq, dq + rows * dh, T(0));
       double dalpha = 0;  // Σ dS ⊙ S over this query tile (S = α Q Kᵀ), divided by α at the end
 
-      const std::int64_t kb = Scheme::key_begin(p_first, n), ke = Scheme::key_end(p_last, n);
+      const std::int64_t kb = band.key_begin(p_first, n), ke = band.key_end(p_last, n);
       for (std::int64_t k0 = kb / tile_k * tile_k; k0 < ke; k0 += tile_k) {
         const int cols = int(std::min<std::int64_t>(tile_k, n - k0));
         if (cols <= 0) break;  // never (k0 < ke ≤ n); without it GCC 12 sees a negative copy size
@@ -501,8 +499,7 @@ struct Backward {
         const T* v = a.v.row(b, k0, hk);
         simd::gemm(shape, cols, tile_q, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false);  // Sᵀ
         if (scores) std::copy(s, s + cols * tile_q, scores);
-        if (!tile_is_interior<Scheme, T>(p_first, p_last, k0, cols, n))
-          mask_scores<Scheme>(s, p_first, rows, k0, cols, n);
+        if (!tile_is_interior(band, p_first, p_last, k0, cols, n)) mask_scores(band, s, p_first, rows, k0, cols, n);
         for (int j = 0; j < cols; ++j)
           for (int i = 0; i < tile_q; ++i) s[j * tile_q + i] = exp_in_loop(s[j * tile_q + i] - lse[i]);     // Pᵀ
         simd::gemm(shape, cols, tile_q, dh, T(1), v, a.v.time_stride, 1, do_t, tile_q, dp, tile_q, false);  // dPᵀ
@@ -644,36 +641,36 @@ template <class Space>
 inline constexpr bool runs_on = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Space::memory_space>::accessible;
 
 /// O and LSE for every query row.
-template <class Scheme, class T, class Space>
-void forward(const Space& exec, const AttentionArgs<T>& a) {
+template <class T, class Space>
+void forward(const Space& exec, const AttentionArgs<T>& a, const Band& band) {
   static_assert(runs_on<Space>, "hybridseq::kernels::attention::tiled: host execution spaces only");
   const std::int64_t nq = query_tiles(a.tq);
-  using F = detail::Forward<Scheme, T, Space>;
+  using F = detail::Forward<T, Space>;
   detail::launch("hybridseq::kernels::attention::forward[tiled]", exec, a.batch * a.heads * nq,
                  F::scratch_bytes(a.head_dim), detail::attention_work(a.batch * a.heads * a.tq, a.tk, a.head_dim),
-                 F{a, nq, detail::kernel_isa<T>(a.head_dim)});
+                 F{a, band, nq, detail::kernel_isa<T>(a.head_dim)});
 }
 
 /// dQ, dK, dV (overwritten) from dO, and, when g.dalpha is set, the per-(b, h, query tile)
 /// partial sums of ∂L/∂α (sum them over b and tiles for each head).
-template <class Scheme, class T, class Space>
-void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads<T>& g) {
+template <class T, class Space>
+void backward(const Space& exec, const AttentionArgs<T>& a, const AttentionGrads<T>& g, const Band& band) {
   static_assert(runs_on<Space>, "hybridseq::kernels::attention::tiled: host execution spaces only");
   if (a.batch * a.tq == 0) return;
   elementwise<T>("hybridseq::kernels::attention::delta", exec, a.batch * a.heads * a.tq, a.head_dim,
                  detail::Delta<T, Space>{a, g});
   const std::int64_t nq = query_tiles(a.tq);
-  const detail::SlotPlan plan = detail::plan_slots<Scheme>(a, nq);
+  const detail::SlotPlan plan = detail::plan_slots(a, band, nq);
   // The partial rows live in a buffer of the calling thread that only grows, as the inline
   // teams' scratch does: a training step allocates nothing after its first. Each slot zeroes
   // the rows it sums into as it starts (on its thread: no separate fill pass).
   thread_local std::vector<T> partial;
   if (partial.size() < std::size_t(2 * plan.rows * a.head_dim)) partial.resize(2 * plan.rows * a.head_dim);
-  using B = detail::Backward<Scheme, T, Space>;
+  using B = detail::Backward<T, Space>;
   detail::launch("hybridseq::kernels::attention::backward[tiled]", exec, plan.slots,
                  B::scratch_bytes(a.head_dim, g.dalpha != nullptr, a.dropout.active()),
                  detail::attention_work(a.batch * a.heads * a.tq, a.tk, a.head_dim),
-                 B{a, g, nq, &plan, partial.data(), detail::kernel_isa<T>(a.head_dim)});
+                 B{a, g, band, nq, &plan, partial.data(), detail::kernel_isa<T>(a.head_dim)});
   elementwise<T>("hybridseq::kernels::attention::dkv_sum", exec, std::int64_t(plan.shared_blocks.size()) * a.tk,
                  2 * a.head_dim, detail::SumSlots<T, Space>{a, g, &plan, partial.data()});
   exec.fence();  // the plan goes out of scope here

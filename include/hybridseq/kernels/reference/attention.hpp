@@ -12,12 +12,13 @@
 namespace hybridseq::kernels::reference {
 
 namespace detail {
-template <class Scheme, class T>
-std::vector<long double> probabilities(const attention::AttentionArgs<T>& a, std::int64_t b, int h) {
+template <class T>
+std::vector<long double> probabilities(const attention::AttentionArgs<T>& a, const attention::Band& band,
+                                       std::int64_t b, int h) {
   const int hk = h / (a.heads / a.kv_heads);
   std::vector<long double> p(a.tq * a.tk, 0.0L);
   for (std::int64_t i = 0; i < a.tq; ++i) {
-    const std::int64_t t = a.q0 + i, kb = Scheme::key_begin(t, a.tk), ke = Scheme::key_end(t, a.tk);
+    const std::int64_t t = a.q0 + i, kb = band.key_begin(t, a.tk), ke = band.key_end(t, a.tk);
     long double mx = -INFINITY;
     for (std::int64_t j = kb; j < ke; ++j) {
       long double s = 0;
@@ -35,12 +36,12 @@ std::vector<long double> probabilities(const attention::AttentionArgs<T>& a, std
 }  // namespace detail
 
 /// O = softmax(masked α Q Kᵀ) V and LSE, on host memory.
-template <class Scheme, class T>
-void attention_forward(const attention::AttentionArgs<T>& a) {
+template <class T>
+void attention_forward(const attention::AttentionArgs<T>& a, const attention::Band& band) {
   for (std::int64_t b = 0; b < a.batch; ++b)
     for (int h = 0; h < a.heads; ++h) {
       const int hk = h / (a.heads / a.kv_heads);
-      const auto p = detail::probabilities<Scheme>(a, b, h);
+      const auto p = detail::probabilities(a, band, b, h);
       for (std::int64_t i = 0; i < a.tq; ++i)
         for (int d = 0; d < a.head_dim; ++d) {
           long double acc = 0;
@@ -52,9 +53,9 @@ void attention_forward(const attention::AttentionArgs<T>& a) {
 }
 
 /// dQ, dK, dV (overwritten; dK/dV summed over the heads of a group) and ∂L/∂α per head.
-template <class Scheme, class T>
+template <class T>
 void attention_backward(const attention::AttentionArgs<T>& a, const attention::AttentionGrads<T>& g,
-                        std::vector<long double>* dalpha = nullptr) {
+                        const attention::Band& band, std::vector<long double>* dalpha = nullptr) {
   for (std::int64_t b = 0; b < a.batch; ++b)
     for (std::int64_t j = 0; j < a.tk; ++j)
       for (int hk = 0; hk < a.kv_heads; ++hk)
@@ -65,7 +66,7 @@ void attention_backward(const attention::AttentionArgs<T>& a, const attention::A
   for (std::int64_t b = 0; b < a.batch; ++b)
     for (int h = 0; h < a.heads; ++h) {
       const int hk = h / (a.heads / a.kv_heads);
-      const auto p = detail::probabilities<Scheme>(args, b, h);
+      const auto p = detail::probabilities(args, band, b, h);
       std::vector<long double> ds(a.tq * a.tk, 0.0L);
       for (std::int64_t i = 0; i < a.tq; ++i) {
         long double rowsum = 0;
