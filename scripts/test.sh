@@ -11,9 +11,10 @@
 #      GSS, Mamba: tests/CMakeLists.txt says why these) with AddressSanitizer +
 #      UndefinedBehaviorSanitizer,
 #   6. compiles and links the CUDA configuration's quickstart, NCCL check, attention, scan and
-#      norm test families and device benchmark (scripts/build-kokkos.sh --cuda; HYBRIDSEQ_CUDA=ON) and checks
-#      ptxas' figures of its attention and scan kernels; where nvcc is missing this step says so
-#      and is skipped. Nothing runs on a GPU here.
+#      norm test families and device benchmark (scripts/build-kokkos.sh --cuda;
+#      HYBRIDSEQ_CUDA=ON) and checks ptxas' figures of its float and bf16 attention kernels and
+#      float scan kernels; where nvcc is missing this step says so and is skipped. Nothing runs
+#      on a GPU here.
 # Usage: scripts/test.sh [--no-sanitize]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,7 +74,7 @@ if command -v nvcc >/dev/null; then
   # The float attention kernels (team and bf16 tensor-core) and float scan kernels of
   # quickstart, test_attention, test_mamba and the device benchmark keep every value in
   # registers: no spills, no stack frame. (The double copies, which only the finite-difference
-  # checks run on a GPU, spill: not checked.)
+  # checks run on a GPU, are not checked: the register ones spill.)
   bash scripts/cuda-resources.sh check build-cuda \
     'hybridseq::kernels::attention::(team::detail::in_(registers|memory)::[A-Za-z]+<float|mma::)' 0
   bash scripts/cuda-resources.sh check build-cuda 'hybridseq::kernels::team::detail::(Forward|Backward)(Checkpoints)?<[0-9]+, float' 0

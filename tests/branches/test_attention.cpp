@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -285,6 +286,11 @@ HYBRIDSEQ_SPACE_TEST_CASE("team attention kernels (the device algorithm) match t
   // Dh > 64 runs the in-memory copy; Dh = 200 stages 7 rows per step (24 KB of doubles), so
   // blocks end mid-step.
   check_against_oracle<att::Causal, S, team>(1, 150, 2, 1, 200, 0.3);
+  // The in-memory copy under bands whose ends are not the causal ones (its key ranges per row
+  // and query ranges per key).
+  check_against_oracle<att::EcpPairs<16>, S, team>(2, 80, 2, 1, 72, 0.5);
+  check_against_oracle<att::SSplit<10>, S, team>(1, 70, 2, 2, 72);
+  check_against_oracle<att::PerceiverCross<70>, S, team>(1, 200, 2, 2, 72);
 }
 
 HYBRIDSEQ_SPACE_TEST_CASE("bf16 tensor-core attention matches the oracle on bf16-rounded inputs",
@@ -307,6 +313,8 @@ HYBRIDSEQ_SPACE_TEST_CASE("bf16 tensor-core attention matches the oracle on bf16
   check_bf16_against_oracle<att::SlidingWindow<100>, S>(1, 150, 2, 2, 100);
   check_bf16_against_oracle<att::Causal, S>(1, 140, 2, 1, 128, 0.3);
   check_bf16_against_oracle<att::Causal, S>(2, 130, 4, 2, 72);  // the second dK/dV team: 8 dims
+  check_bf16_against_oracle<att::EcpPairs<16>, S>(2, 96, 2, 1, 128, 0.2);
+  check_bf16_against_oracle<att::SSplit<10>, S>(1, 70, 2, 2, 100);
 }
 
 TEST_CASE("bf16 tensor-core attention refuses what it cannot take", "[attention][bf16][errors][host]") {
@@ -420,14 +428,32 @@ TEST_CASE("each scheme's band gives the key ranges of its definition", "[attenti
   CHECK(range(att::Causal::band, 0, 50) == R{0, 1});
   CHECK(range(att::Causal::band, 37, 50) == R{0, 38});
   CHECK(range(att::SlidingWindow<4>::band, 2, 50) == R{0, 3});
+  CHECK(range(att::SlidingWindow<4>::band, 3, 50) == R{0, 4});  // the first full window
+  CHECK(range(att::SlidingWindow<4>::band, 4, 50) == R{1, 5});
   CHECK(range(att::SlidingWindow<4>::band, 10, 50) == R{7, 11});
   CHECK(range(att::EcpPairs<16>::band, 5, 64) == R{0, 6});
-  CHECK(range(att::EcpPairs<16>::band, 20, 64) == R{0, 21});
+  CHECK(range(att::EcpPairs<16>::band, 15, 64) == R{0, 16});  // the last of segment 0
+  CHECK(range(att::EcpPairs<16>::band, 16, 64) == R{0, 17});  // segment 1 sees segment 0
+  CHECK(range(att::EcpPairs<16>::band, 31, 64) == R{0, 32});
+  CHECK(range(att::EcpPairs<16>::band, 32, 64) == R{16, 33});  // segment 2 no longer sees 0
   CHECK(range(att::EcpPairs<16>::band, 40, 64) == R{16, 41});
   CHECK(range(att::PerceiverCross<8>::band, 95, 100) == R{0, 96});
+  CHECK(range(att::SSplit<10>::band, 9, 100) == R{0, 10});
+  CHECK(range(att::SSplit<10>::band, 10, 100) == R{10, 20});  // a segment's first position
   CHECK(range(att::SSplit<10>::band, 15, 100) == R{10, 20});
-  CHECK(range(att::SSplit<10>::band, 90, 97) == R{90, 97});
+  CHECK(range(att::SSplit<10>::band, 90, 97) == R{90, 97});  // the last segment, cut at n
   CHECK(range(att::Bidirectional::band, 3, 50) == R{0, 50});
+}
+
+TEST_CASE("a band refuses a window or segment length below 1", "[attention][host][errors]") {
+  for (const auto kind : {att::Band::Kind::window, att::Band::Kind::pairs, att::Band::Kind::split})
+    for (const std::int64_t size : {0, -3})
+      CHECK_THROWS_WITH((att::Band{kind, size}),
+                        Catch::Contains("hybridseq::kernels::attention::Band: a window or segment length must be at "
+                                        "least 1, got " +
+                                        std::to_string(size)));
+  CHECK_NOTHROW(att::Band{att::Band::Kind::full});
+  CHECK(att::Band{att::Band::Kind::window, 1}.key_begin(7, 10) == 7);
 }
 
 TEST_CASE("schemes refuse sequence lengths they cannot take", "[attention][host][errors]") {

@@ -43,6 +43,14 @@ struct Band {
   Kind kind = Kind::causal;
   std::int64_t size = 0;  // the window or the segment length; unused by causal and full
 
+  /// Refuses a window or segment length below 1 (a division by zero, or an empty band whose
+  /// softmax is 0/0): a band is either a scheme's, checked at compile time, or made and checked here.
+  constexpr Band(Kind k = Kind::causal, std::int64_t s = 0) : kind(k), size(s) {
+    if (k != Kind::causal && k != Kind::full && s < 1)
+      fail<value_error>("hybridseq::kernels::attention::Band", "a window or segment length must be at least 1, got ",
+                        s);
+  }
+
   KOKKOS_INLINE_FUNCTION constexpr std::int64_t key_begin(std::int64_t t, std::int64_t) const {
     switch (kind) {
       case Kind::window:

@@ -269,7 +269,7 @@ struct BackwardKV {
   int qt;  // query rows staged per step
 
   static std::size_t scratch_bytes(int dh, int qt) {
-    return 2 * padded(sizeof(T) * std::size_t(qt) * dh) + 2 * padded(sizeof(T) * qt);
+    return 2 * padded(sizeof(T) * std::size_t(qt) * dh) + 2 * padded(sizeof(T) * qt) + KeyQueries::scratch_bytes();
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember<Space>& team) const {
@@ -280,6 +280,7 @@ struct BackwardKV {
     T* dos = scratch<T>(team, std::int64_t(qt) * dh);
     T* lse = scratch<T>(team, qt);
     T* delta = scratch<T>(team, qt);
+    const KeyQueries queries(team, band, a, k0, cols);
 
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](const std::int64_t c) {
       T* dk = g.dk.row(b, k0 + c, hk);
@@ -301,9 +302,9 @@ struct BackwardKV {
           const T* v = a.v.row(b, key, hk);
           T* dk = g.dk.row(b, key, hk);
           T* dv = g.dv.row(b, key, hk);
-          for (std::int64_t r = 0; r < rows; ++r) {
-            const std::int64_t p = a.q0 + i0 + r;
-            if (key < band.key_begin(p, n) || key >= band.key_end(p, n)) continue;
+          int r0, r1;  // the block's rows that see this key
+          queries.seeing(c, i0, rows, r0, r1);
+          for (int r = r0; r < r1; ++r) {
             const T* q = qs + r * dh;
             const T* d_o = dos + r * dh;
             const T prob = exp_in_loop(alpha * dot(q, k, dh) - lse[r]);

@@ -133,7 +133,8 @@ KOKKOS_INLINE_FUNCTION T neg_inf() {
   return -std::numeric_limits<T>::infinity();
 }
 
-/// First query index whose band reaches past key `k0` / last whose band starts before `k1`.
+/// The first query index whose band reaches past key `k0` / the first whose band starts at or
+/// after key `k1` (so the queries that see any of keys k0 .. k1 − 1 are the indices between).
 KOKKOS_INLINE_FUNCTION std::int64_t first_query_seeing(const Band& band, std::int64_t k0, std::int64_t q0,
                                                        std::int64_t tq, std::int64_t n) {
   std::int64_t lo = 0, hi = tq;  // first i with key_end(q0 + i) > k0
