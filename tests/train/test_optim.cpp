@@ -208,6 +208,66 @@ void set_gradients(Mixed<Space>& m, int step) {
 }
 }  // namespace
 
+namespace {
+// Sizes that are not multiples of any vector width: the host copies' vector loops and their
+// scalar tails both run.
+template <class Space>
+struct OddSizes {
+  using execution_space = Space;
+  core::Parameter<float, Space> w{{37, 29}, core::Role::weight, core::Init::normal(0.5)};
+  core::Parameter<float, Space> b{{13}, core::Role::bias, core::Init::normal(0.5)};
+  template <class V>
+  void visit_parameters(V&& visit) {
+    visit("w", w);
+    visit("b", b);
+  }
+};
+}  // namespace
+
+HYBRIDSEQ_SPACE_TEST_CASE("AdamW on this ISA copy follows the update in double, vector loops and tails", "[train]") {
+  INFO("ISA copy " << kernels::isa_name(kernels::host_isa()));
+  OddSizes<TestType> m;
+  core::initialize(m, 3);
+  const double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1;
+  train::AdamW<OddSizes<TestType>, TestType> opt(m, {.beta1 = beta1, .beta2 = beta2, .eps = eps, .weight_decay = wd});
+  struct Reference {
+    std::vector<double> theta, first, second;
+    double decay;
+  };
+  std::vector<Reference> ref;
+  core::for_each_parameter(m, [&](std::string_view, auto& p) {
+    const auto v = get(p.value());
+    ref.push_back({std::vector<double>(v.begin(), v.end()), std::vector<double>(v.size()),
+                   std::vector<double>(v.size()), core::decays(p.role()) ? wd : 0.0});
+  });
+  const double lrs[] = {1e-2, 3e-2, 2e-2};
+  for (int step = 1; step <= 3; ++step) {
+    int k = 0;
+    core::for_each_parameter(m, [&](std::string_view, auto& p) {
+      std::vector<float> g(std::size_t(p.numel()));
+      for (std::size_t i = 0; i < g.size(); ++i) g[i] = float(std::sin(0.61 * double(i) + 2.3 * k + 0.9 * step));
+      set(p.grad(), g);
+      Reference& r = ref[std::size_t(k++)];
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        r.first[i] = beta1 * r.first[i] + (1 - beta1) * g[i];
+        r.second[i] = beta2 * r.second[i] + (1 - beta2) * double(g[i]) * g[i];
+        const double mhat = r.first[i] / (1 - std::pow(beta1, step)), vhat = r.second[i] / (1 - std::pow(beta2, step));
+        r.theta[i] -= lrs[step - 1] * (mhat / (std::sqrt(vhat) + eps) + r.decay * r.theta[i]);
+      }
+    });
+    opt.step(lrs[step - 1]);
+    k = 0;
+    core::for_each_parameter(m, [&](std::string_view name, auto& p) {
+      const auto got = get(p.value());
+      const Reference& r = ref[std::size_t(k++)];
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        INFO(name << "[" << i << "] after step " << step);
+        REQUIRE(got[i] == Approx(r.theta[i]).margin(1e-6));
+      }
+    });
+  }
+}
+
 HYBRIDSEQ_SPACE_TEST_CASE("make_contiguous: one run per pass, same values, same training", "[train]") {
   Mixed<TestType> separate, joined;
   core::initialize(separate, 7);

@@ -48,10 +48,8 @@ struct CrossEntropyLse {
     }
     const std::int64_t v = logits.extent(1);
     const T* row = &logits(r, 0);
-    T m = row[0];
-    for (std::int64_t j = 1; j < v; ++j) m = row[j] > m ? row[j] : m;
-    T s = 0;
-    for (std::int64_t j = 0; j < v; ++j) s += exp_in_loop(row[j] - m);
+    const T m = lane_max<T>(v, [&](std::int64_t j) { return row[j]; });
+    const T s = lane_sum<T>(v, [&](std::int64_t j) { return exp_in_loop(row[j] - m); });
     finish(r, target, m + math::log(s));
   }
 

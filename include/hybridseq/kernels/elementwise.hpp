@@ -32,6 +32,56 @@ concept SplitsOnDevices = requires(const F& f, std::int64_t i) {
   f.part(i, i);
 };
 
+/// Reduces term(0) … term(n − 1) with `combine` in `reduce_lanes` interleaved partials (lane l
+/// takes the terms j ≡ l mod reduce_lanes, in order), combined pairwise at the end. A running
+/// reduction is a chain of dependent operations that the compiler may not reorder (no
+/// -ffast-math): one per latency, scalar. The lanes are independent, so an ISA copy runs them
+/// as vectors of its width. The order depends on n alone: the same result on every run, thread
+/// count and ISA copy (up to FMA contraction). Every lane starts from `init`, which must be
+/// combine's identity (or, for an idempotent combine, any of the terms).
+inline constexpr int reduce_lanes = 16;
+
+template <class T, class Term, class Combine>
+KOKKOS_FORCEINLINE_FUNCTION T lane_reduce(const std::int64_t n, const T init, const Term& term,
+                                          const Combine& combine) {
+  T acc[reduce_lanes];
+  HYBRIDSEQ_UNROLL
+  for (int l = 0; l < reduce_lanes; ++l) acc[l] = init;
+  std::int64_t j = 0;
+  for (; j + reduce_lanes <= n; j += reduce_lanes) {
+    HYBRIDSEQ_UNROLL
+    for (int l = 0; l < reduce_lanes; ++l) acc[l] = combine(acc[l], term(j + l));
+  }
+  for (int l = 0; j + l < n; ++l) acc[l] = combine(acc[l], term(j + l));
+  HYBRIDSEQ_UNROLL
+  for (int width = reduce_lanes / 2; width > 0; width /= 2) {
+    HYBRIDSEQ_UNROLL
+    for (int l = 0; l < width; ++l) acc[l] = combine(acc[l], acc[l + width]);
+  }
+  return acc[0];
+}
+
+/// Σ_{j<n} term(j) in lane_reduce's order.
+template <class T, class Term>
+KOKKOS_FORCEINLINE_FUNCTION T lane_sum(const std::int64_t n, const Term& term) {
+  return lane_reduce<T>(n, T(0), term, [](const T a, const T b) { return a + b; });
+}
+
+/// max_{j<n} term(j) in lane_reduce's order, for n ≥ 1.
+template <class T, class Term>
+KOKKOS_FORCEINLINE_FUNCTION T lane_max(const std::int64_t n, const Term& term) {
+  return lane_reduce<T>(n, T(term(0)), term, [](const T a, const T b) { return b > a ? b : a; });
+}
+
+/// A float kernel that brings its own host vector loops over [begin, end), each compiled for
+/// its ISA (HYBRIDSEQ_TARGET_AVX512 / _AVX2), for arithmetic the compiler does not vectorise by
+/// itself. The scalar f(i) stays the definition: devices, the baseline copy and the oracles.
+template <class F>
+concept HostVectorLoop = requires(const F& f, std::int64_t i) {
+  f.host_loop_avx512(i, i);
+  f.host_loop_avx2(i, i);
+};
+
 namespace detail {
 /// f.part(i / parts, i % parts) for index i: a SplitsOnDevices kernel on a device.
 template <class F>
@@ -58,11 +108,17 @@ HYBRIDSEQ_HOST_FORCEINLINE void elementwise_loop(const F& f, std::int64_t begin,
 template <class F>
 [[HYBRIDSEQ_TARGET_AVX512, gnu::flatten]] void elementwise_loop_avx512(const F& f, std::int64_t begin,
                                                                        std::int64_t end) {
-  elementwise_loop(f, begin, end);
+  if constexpr (HostVectorLoop<F>)
+    f.host_loop_avx512(begin, end);
+  else
+    elementwise_loop(f, begin, end);
 }
 template <class F>
 [[HYBRIDSEQ_TARGET_AVX2, gnu::flatten]] void elementwise_loop_avx2(const F& f, std::int64_t begin, std::int64_t end) {
-  elementwise_loop(f, begin, end);
+  if constexpr (HostVectorLoop<F>)
+    f.host_loop_avx2(begin, end);
+  else
+    elementwise_loop(f, begin, end);
 }
 #endif
 

@@ -43,6 +43,14 @@
 #define HYBRIDSEQ_INDEPENDENT_ITERATIONS
 #endif
 
+/// Before a constant-trip loop over an array that must stay in registers (a micro-kernel's
+/// register block, a reduction's lanes): it does only when the loop is unrolled completely.
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define HYBRIDSEQ_UNROLL _Pragma("GCC unroll 16")
+#else
+#define HYBRIDSEQ_UNROLL
+#endif
+
 namespace hybridseq::kernels {
 
 /// Instruction sets with a copy of their own, in increasing order.

@@ -25,8 +25,7 @@ struct RmsNormForward {
   T eps;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r) const {
     const std::int64_t d = x.extent(1);
-    T ss = 0;
-    for (std::int64_t j = 0; j < d; ++j) ss += x(r, j) * x(r, j);
+    const T ss = lane_sum<T>(d, [&](std::int64_t j) { return x(r, j) * x(r, j); });
     const T s = T(1) / math::sqrt(ss / T(d) + eps);
     rstd(r) = s;
     for (std::int64_t j = 0; j < d; ++j) y(r, j) = x(r, j) * s * w(j);
@@ -42,8 +41,7 @@ struct RmsNormBackwardInput {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r) const {
     const std::int64_t d = x.extent(1);
     const T s = rstd(r);
-    T dot = 0;
-    for (std::int64_t j = 0; j < d; ++j) dot += w(j) * dy(r, j) * x(r, j);
+    const T dot = lane_sum<T>(d, [&](std::int64_t j) { return w(j) * dy(r, j) * x(r, j); });
     const T c = s * s * s * dot / T(d);
     for (std::int64_t j = 0; j < d; ++j) dx(r, j) += s * w(j) * dy(r, j) - c * x(r, j);
   }
@@ -82,11 +80,9 @@ struct LayerNormForward {
   T eps;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r) const {
     const std::int64_t d = x.extent(1);
-    T mu = 0;
-    for (std::int64_t j = 0; j < d; ++j) mu += x(r, j);
-    mu /= T(d);
-    T var = 0;  // two-pass: no cancellation for rows with a large mean
-    for (std::int64_t j = 0; j < d; ++j) var += (x(r, j) - mu) * (x(r, j) - mu);
+    const T mu = lane_sum<T>(d, [&](std::int64_t j) { return x(r, j); }) / T(d);
+    // two-pass: no cancellation for rows with a large mean
+    const T var = lane_sum<T>(d, [&](std::int64_t j) { return (x(r, j) - mu) * (x(r, j) - mu); });
     const T s = T(1) / math::sqrt(var / T(d) + eps);
     mean(r) = mu;
     rstd(r) = s;
@@ -103,14 +99,8 @@ struct LayerNormBackwardInput {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t r) const {
     const std::int64_t d = x.extent(1);
     const T mu = mean(r), s = rstd(r);
-    T g_mean = 0, gx_mean = 0;
-    for (std::int64_t j = 0; j < d; ++j) {
-      const T g = w(j) * dy(r, j);
-      g_mean += g;
-      gx_mean += g * (x(r, j) - mu) * s;
-    }
-    g_mean /= T(d);
-    gx_mean /= T(d);
+    const T g_mean = lane_sum<T>(d, [&](std::int64_t j) { return w(j) * dy(r, j); }) / T(d);
+    const T gx_mean = lane_sum<T>(d, [&](std::int64_t j) { return w(j) * dy(r, j) * (x(r, j) - mu) * s; }) / T(d);
     for (std::int64_t j = 0; j < d; ++j) {
       const T xhat = (x(r, j) - mu) * s;
       dx(r, j) += s * (w(j) * dy(r, j) - g_mean - xhat * gx_mean);

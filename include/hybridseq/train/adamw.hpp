@@ -26,6 +26,10 @@
 #include "../core/parameter.hpp"
 #include "../kernels/elementwise.hpp"
 
+#if HYBRIDSEQ_ISA_DISPATCH
+#include <immintrin.h>
+#endif
+
 namespace hybridseq::train {
 
 /// Which parameters weight decay applies to.
@@ -58,6 +62,41 @@ struct AdamWUpdate {
     const float mhat = mi / correction1, vhat = vi / correction2;
     param(i) -= static_cast<T>(lr * (mhat / (math::sqrt(vhat) + eps) + decay * static_cast<float>(param(i))));
   }
+
+#if HYBRIDSEQ_ISA_DISPATCH
+  // The host's vector copies of operator() (kernels::HostVectorLoop), for float parameters.
+  // libm's sqrt may set errno (for a negative argument), a side effect that keeps the compiler
+  // from vectorising the scalar loop; v̂ ≥ 0 here, and the vector instruction rounds the root
+  // correctly, as sqrtf does. The square root is the only intrinsic: the rest is the scalar
+  // arithmetic on vectors, contracted to FMAs as the compiler does in the other copies.
+  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t i,
+                                                    const std::int64_t end) const requires std::is_same_v<T, float> {
+    for (; i + 16 <= end; i += 16) {
+      const __m512 g = _mm512_loadu_ps(&grad(i)), p = _mm512_loadu_ps(&param(i));
+      const __m512 mi = beta1 * _mm512_loadu_ps(&m(i)) + (1 - beta1) * g;
+      const __m512 vi = beta2 * _mm512_loadu_ps(&v(i)) + (1 - beta2) * g * g;
+      _mm512_storeu_ps(&m(i), mi);
+      _mm512_storeu_ps(&v(i), vi);
+      const __m512 mhat = mi / correction1, vhat = vi / correction2;
+      _mm512_storeu_ps(&param(i),
+                       p - lr * (mhat / (_mm512_mask_sqrt_ps(vhat, __mmask16(0xffff), vhat) + eps) + decay * p));
+    }
+    for (; i < end; ++i) (*this)(i);
+  }
+  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t i,
+                                                const std::int64_t end) const requires std::is_same_v<T, float> {
+    for (; i + 8 <= end; i += 8) {
+      const __m256 g = _mm256_loadu_ps(&grad(i)), p = _mm256_loadu_ps(&param(i));
+      const __m256 mi = beta1 * _mm256_loadu_ps(&m(i)) + (1 - beta1) * g;
+      const __m256 vi = beta2 * _mm256_loadu_ps(&v(i)) + (1 - beta2) * g * g;
+      _mm256_storeu_ps(&m(i), mi);
+      _mm256_storeu_ps(&v(i), vi);
+      const __m256 mhat = mi / correction1, vhat = vi / correction2;
+      _mm256_storeu_ps(&param(i), p - lr * (mhat / (_mm256_sqrt_ps(vhat) + eps) + decay * p));
+    }
+    for (; i < end; ++i) (*this)(i);
+  }
+#endif
 };
 
 /// The parameters one AdamW kernel updates: `n` elements from each pointer, one decay.

@@ -27,14 +27,6 @@
 
 #include "../isa.hpp"
 
-#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-// The register block is arrays indexed by constant loops: they stay in registers only when the
-// loops are unrolled completely.
-#define HYBRIDSEQ_UNROLL _Pragma("GCC unroll 16")
-#else
-#define HYBRIDSEQ_UNROLL
-#endif
-
 namespace hybridseq::kernels::attention::simd {
 
 /// W lanes of T: the scalar itself for W = 1, a GCC vector otherwise.

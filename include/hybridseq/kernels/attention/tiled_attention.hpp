@@ -334,9 +334,7 @@ struct Delta {
     const std::int64_t b = bh / a.heads;
     const T* o = a.o.row(b, i, h);
     const T* d = g.d_o.row(b, i, h);
-    T s = 0;
-    for (int j = 0; j < a.head_dim; ++j) s += o[j] * d[j];
-    g.delta[idx] = s;
+    g.delta[idx] = lane_sum<T>(a.head_dim, [&](std::int64_t j) { return o[j] * d[j]; });
   }
 };
 
