@@ -33,7 +33,6 @@
 /// The query and key blocks are tile_q and tile_k, the tiled kernel's: the temperature
 /// partials (AttentionGrads::dalpha) keep its (B, H, query tiles) layout.
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
