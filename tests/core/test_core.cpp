@@ -424,6 +424,64 @@ HYBRIDSEQ_SPACE_TEST_CASE("gemm facade matches the naive oracle for every op", "
                       "hybridseq::kernels::gemm: op(A) is (3,4), op(B) is (5,2), C is (3,2)");
 }
 
+// Float products: on a host with a vector copy, those the micro-kernel wins (NN with a short
+// depth, TN over small operands, NT over many rows; n a multiple of 8; beta 0 or 1) run on it,
+// the rest on BLAS. Both against a double oracle, within float summation's error bound.
+HYBRIDSEQ_SPACE_TEST_CASE("gemm facade: float products on the micro-kernel or on BLAS match the oracle",
+                          "[core][kernels]") {
+  using Space = TestType;
+  using kernels::Op;
+  struct Shape {
+    Op op_a, op_b;
+    int m, n, k;
+  };
+  const Shape shapes[] = {{Op::none, Op::none, 37, 48, 100},         {Op::transpose, Op::none, 50, 32, 300},
+                          {Op::none, Op::transpose, 1030, 48, 64},   {Op::none, Op::none, 13, 40, 20},
+                          {Op::transpose, Op::transpose, 9, 16, 12}, {Op::none, Op::none, 5, 7, 3}};
+  int on_micro_kernel = 0;
+  for (const Shape& s : shapes)
+    for (const float beta : {0.0f, 1.0f, 2.0f}) {
+      const bool ta = s.op_a == Op::transpose, tb = s.op_b == Op::transpose;
+      Tensor<float**, Space> a("a", ta ? s.k : s.m, ta ? s.m : s.k), b("b", tb ? s.n : s.k, tb ? s.k : s.n);
+      Tensor<float**, Space> c("c", s.m, s.n);
+      core::fill(Space{}, core::flat(a), core::Init::normal(1), 1, 1);
+      core::fill(Space{}, core::flat(b), core::Init::normal(1), 1, 2);
+      core::fill(Space{}, core::flat(c), core::Init::normal(1), 1, 3);
+      const auto before = Kokkos::create_mirror(Kokkos::HostSpace{}, c);  // a copy, also on host spaces
+      Kokkos::deep_copy(before, c);
+      kernels::gemm(Space{}, s.op_a, s.op_b, 0.5f, a, b, beta, c);
+      const auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, a);
+      const auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, b);
+      const auto hc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, c);
+      const bool micro = core::host_space<Space> && kernels::host_isa() != kernels::Isa::baseline && s.n % 8 == 0 &&
+                         beta <= 1 && kernels::detail::micro_kernel_wins(s.op_a, s.op_b, s.m, s.n, s.k);
+      on_micro_kernel += micro;
+      INFO("op_a " << ta << " op_b " << tb << " m " << s.m << " n " << s.n << " k " << s.k << " beta " << beta
+                   << (micro ? " (micro-kernel)" : " (BLAS)"));
+      for (int i = 0; i < s.m; ++i)
+        for (int j = 0; j < s.n; ++j) {
+          double sum = 0, magnitude = 0;
+          for (int p = 0; p < s.k; ++p) {
+            const double term = double(ta ? ha(p, i) : ha(i, p)) * double(tb ? hb(j, p) : hb(p, j));
+            sum += term;
+            magnitude += std::abs(term);
+          }
+          const double want = 0.5 * sum + double(beta) * double(before(i, j));
+          // |error| ≤ (k + 2)·u·(Σ|terms| + |beta·c|), u = 2⁻²⁴: float summation's bound.
+          const double bound = (s.k + 2) * 0x1p-24 * (0.5 * magnitude + std::abs(double(beta) * before(i, j)));
+          REQUIRE(std::abs(double(hc(i, j)) - want) <= bound);
+        }
+    }
+  // The gate sends the step's shapes to the micro-kernel and the shapes it loses to BLAS.
+  CHECK(kernels::detail::micro_kernel_wins(Op::none, Op::transpose, 2048, 384, 128));
+  CHECK(kernels::detail::micro_kernel_wins(Op::none, Op::none, 2048, 128, 512));
+  CHECK(kernels::detail::micro_kernel_wins(Op::transpose, Op::none, 512, 128, 2048));
+  CHECK_FALSE(kernels::detail::micro_kernel_wins(Op::transpose, Op::none, 768, 3072, 2048));
+  CHECK_FALSE(kernels::detail::micro_kernel_wins(Op::none, Op::transpose, 4096, 3072, 512));
+  CHECK_FALSE(kernels::detail::micro_kernel_wins(Op::none, Op::none, 4096, 768, 3072));
+  if (core::host_space<Space> && kernels::host_isa() != kernels::Isa::baseline) CHECK(on_micro_kernel == 8);
+}
+
 // GemmMath on cuBLAS: TF32 and bf16 round the inputs as they are read (10 and 7 mantissa bits,
 // 2⁻¹¹ and 2⁻⁸ relative each) and accumulate in fp32, so over K = 256 standard normal terms
 // the result is within a few times √K · 2⁻¹⁰ (resp. 2⁻⁷) of fp32's (the largest of 64 K

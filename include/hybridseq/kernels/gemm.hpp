@@ -4,8 +4,11 @@
 ///
 ///   C (M, N) = alpha · op(A) · op(B) + beta · C,   op(X) = X or Xᵀ
 ///
-/// Host spaces call BLAS (OpenBLAS, when the build defines HYBRIDSEQ_WITH_BLAS) or Eigen's
-/// GEMM mapped over the Views without copies. The BLAS thread count follows the execution
+/// Host spaces run float products of the shapes a training step is made of (a depth of at most
+/// a few hundred, or a weight gradient's long depth over small operands) on the library's own
+/// micro-kernel (tile_gemm.hpp), which needs no packing of its operands; every other product
+/// calls BLAS (OpenBLAS, when the build defines HYBRIDSEQ_WITH_BLAS) or Eigen's GEMM mapped
+/// over the Views without copies. The BLAS thread count follows the execution
 /// space: one thread on Serial, the instance's concurrency on OpenMP, so that "Serial" and
 /// "2 threads" measure what they say. Kokkos::Cuda calls cuBLAS on the instance's stream when
 /// the build links it (HYBRIDSEQ_WITH_CUBLAS: every Cuda build of this project does); other
@@ -17,12 +20,14 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <Eigen/Core>
 
 #include "../core/check.hpp"
 #include "../core/spaces.hpp"
 #include "isa.hpp"
+#include "tile_gemm.hpp"
 
 #if defined(HYBRIDSEQ_WITH_CUBLAS) && defined(KOKKOS_ENABLE_CUDA)
 #include <atomic>
@@ -111,12 +116,65 @@ int blas_threads_for(const Space& exec) {
 
 }  // namespace detail
 
+namespace detail {
+
+/// Whether the micro-kernel runs this product faster than OpenBLAS' packed GEMM on one thread.
+/// It reads A in place and keeps a 64-column block of B (depth × 64 floats) in cache while it
+/// walks C's rows, so it wins while that block stays in L2 and A is not re-read from memory
+/// once per block; Bᵀ is copied first (depth × n floats), which pays only over many rows.
+/// The bounds are where it was measured ahead (docs/results.md, "The micro-kernel for the
+/// step's products").
+inline bool micro_kernel_wins(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k) {
+  if (op_a == Op::transpose && op_b == Op::transpose) return false;
+  if (op_a == Op::transpose) return k <= 2048 && m * k <= (std::int64_t(1) << 20);  // weight gradients
+  if (op_b == Op::transpose) return k <= 512 && m >= 1024 && n * k <= (std::int64_t(1) << 17);
+  return k <= 512;
+}
+
+/// C = alpha·op(A)·op(B) + beta·C on the micro-kernel, when the product is one it wins (above),
+/// beta is 0 or 1, the CPU has a vector copy and n fills its vectors. Returns false, having
+/// done nothing, otherwise. Each element of C sums over the whole depth in order, in registers:
+/// the same bits for any split of C between threads.
+template <class T>
+bool micro_kernel_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                       std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+#if HYBRIDSEQ_ISA_DISPATCH
+  if constexpr (std::is_same_v<T, float>) {
+    const Isa isa = host_isa();
+    const int width = isa == Isa::avx512 && n % 16 == 0 ? 16 : isa != Isa::baseline && n % 8 == 0 ? 8 : 0;
+    if (width == 0 || (beta != 0 && beta != 1) || !micro_kernel_wins(op_a, op_b, m, n, k)) return false;
+    if (op_b == Op::transpose) {  // Bᵀ into this thread's scratch, k × n, row-major
+      thread_local std::vector<float> scratch;
+      if (scratch.size() < std::size_t(k * n)) scratch.resize(std::size_t(k * n));
+      float* bt = scratch.data();
+      for (std::int64_t j0 = 0; j0 < n; j0 += 16)
+        for (std::int64_t p = 0; p < k; ++p)
+          for (std::int64_t j = j0; j < j0 + 16 && j < n; ++j) bt[p * n + j] = b[j * ldb + p];
+      b = bt;
+      ldb = n;
+    }
+    const std::int64_t a_row = op_a == Op::none ? lda : 1, a_col = op_a == Op::none ? 1 : lda;
+    if (width == 16)
+      simd::gemm(simd::Avx512{}, int(m), int(n), int(k), alpha, a, a_row, a_col, b, ldb, c, ldc, beta == 1);
+    else
+      simd::gemm(simd::Avx2{}, int(m), int(n), int(k), alpha, a, a_row, a_col, b, ldb, c, ldc, beta == 1);
+    return true;
+  }
+#endif
+  (void)op_a, (void)op_b, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb, (void)beta,
+      (void)c, (void)ldc;
+  return false;
+}
+
+}  // namespace detail
+
 /// Single-call host GEMM on raw row-major pointers: C (m×n) = alpha·op(A)·op(B) + beta·C.
-/// Used directly by kernels that multiply tiles inside their own parallel loops (attention):
-/// OpenMP OpenBLAS runs a call made inside a parallel region on the calling thread.
+/// Used directly by kernels that multiply tiles inside their own parallel loops: OpenMP
+/// OpenBLAS runs a call made inside a parallel region on the calling thread.
 template <class T>
 void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
                const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  if (detail::micro_kernel_gemm<T>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
 #if defined(HYBRIDSEQ_WITH_BLAS)
   const auto ta = op_a == Op::none ? CblasNoTrans : CblasTrans;
   const auto tb = op_b == Op::none ? CblasNoTrans : CblasTrans;

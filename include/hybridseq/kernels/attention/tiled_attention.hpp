@@ -46,8 +46,8 @@
 #include "../elementwise.hpp"
 #include "../exp.hpp"
 #include "../isa.hpp"
+#include "../tile_gemm.hpp"
 #include "segment_schemes.hpp"
-#include "tile_gemm.hpp"
 
 namespace hybridseq::kernels::attention {
 

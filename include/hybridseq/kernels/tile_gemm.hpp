@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// The register-blocked micro-kernel behind every tile product of the tiled attention kernel:
+/// The register-blocked micro-kernel behind every tile product of the tiled attention kernel,
+/// and behind the host float products that it runs faster than BLAS (gemm.hpp):
 ///
 ///   C (m × n) = or += α · A (m × k) · B (k × n),   or   C = diag(s) · C + α · A · B
 ///
@@ -25,9 +26,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include "../isa.hpp"
+#include "isa.hpp"
 
-namespace hybridseq::kernels::attention::simd {
+namespace hybridseq::kernels::simd {
 
 /// W lanes of T: the scalar itself for W = 1, a GCC vector otherwise.
 template <class T, int W>
@@ -171,4 +172,4 @@ inline void gemm(Generic<T>, int m, int n, int k, T alpha, const T* a, std::int6
 }
 #endif
 
-}  // namespace hybridseq::kernels::attention::simd
+}  // namespace hybridseq::kernels::simd
