@@ -79,11 +79,12 @@ void sgemm_benchmark(benchmark::State& state) {
   state.counters["FLOP/s"] = per_second(2.0 * double(rows) * in * out);
 }
 
-/// gemm/<op>/M:m/K:k/N:n: the GEMM facade (kernels::gemm: above its size threshold one
-/// single-threaded BLAS call per thread, each a part of C) against one BLAS call threaded by
-/// OpenBLAS itself, on the same operands; op is NN, NT or TN (A and B transposed or not), the
-/// shapes a text_lm training step multiplies. Counter vs_blas_threads = OpenBLAS' time over the
-/// facade's, interleaved in this run (> 1: the facade is faster).
+/// gemm/<op>/M:m/K:k/N:n: the GEMM facade (kernels::gemm: the library's micro-kernel at these
+/// shapes; above its size threshold one single-threaded call per thread, each a part of C)
+/// against one BLAS call threaded by OpenBLAS itself, on the same operands; op is NN, NT or TN
+/// (A and B transposed or not), the shapes a text_lm training step multiplies. Counter
+/// vs_blas_threads = OpenBLAS' time over the facade's, interleaved in this run (> 1: the facade
+/// is faster).
 template <class Space>
 void gemm_vs_blas_threads(benchmark::State& state, bool ta, bool tb) {
   const std::int64_t m = state.range(0), k = state.range(1), n = state.range(2);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -480,6 +481,48 @@ HYBRIDSEQ_SPACE_TEST_CASE("gemm facade: float products on the micro-kernel or on
   CHECK_FALSE(kernels::detail::micro_kernel_wins(Op::none, Op::transpose, 4096, 3072, 512));
   CHECK_FALSE(kernels::detail::micro_kernel_wins(Op::none, Op::none, 4096, 768, 3072));
   if (core::host_space<Space> && kernels::host_isa() != kernels::Isa::baseline) CHECK(on_micro_kernel == 8);
+}
+
+// A product large enough to be cut between threads (NT, 2048 × 48 × 512: 2 parts of 1024 rows
+// on 2 threads, which alone would also pass the gate; 4 parts of 512 would not) is routed once,
+// on its whole shape: the facade on each space gives the bits of one micro-kernel call over
+// all of C. At this depth BLAS rounds differently (checked), so a part sent to BLAS would show.
+TEST_CASE("gemm facade: a product split between threads gives one call's bits", "[core][kernels][host]") {
+  using kernels::Op;
+  const int m = 2048, n = 48, k = 512;
+  const int width = kernels::detail::micro_kernel_width<float>(Op::none, Op::transpose, m, n, k, 1.0f, 0.0f);
+  if (kernels::host_isa() == kernels::Isa::baseline) {
+    REQUIRE(width == 0);
+    return;
+  }
+  REQUIRE(width == (kernels::host_isa() == kernels::Isa::avx512 ? 16 : 8));
+  CHECK(kernels::detail::micro_kernel_width<float>(Op::none, Op::transpose, m, n, k, 0.0f, 1.0f) == 0);
+  CHECK(kernels::detail::micro_kernel_width<float>(Op::none, Op::transpose, m, n, k, 1.0f, 2.0f) == 0);
+  CHECK(kernels::detail::micro_kernel_width<float>(Op::none, Op::transpose, m, 40, k, 1.0f, 0.0f) == 8);
+  std::vector<float> a(std::size_t(m) * k), b(std::size_t(n) * k), one_call(std::size_t(m) * n);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(std::sin(0.37 * double(i)));
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(std::cos(0.53 * double(i)));
+  kernels::detail::micro_kernel_gemm<float>(width, Op::none, Op::transpose, m, n, k, 1.0f, a.data(), k, b.data(), k,
+                                            0.0f, one_call.data(), n);
+  std::vector<float> on_blas(one_call.size());
+  kernels::detail::host_gemm_on<float>(0, Op::none, Op::transpose, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f,
+                                       on_blas.data(), n);
+  REQUIRE(on_blas != one_call);
+  const auto on = [&]<class Space>(Space) {
+    Tensor<float**, Space> ta("a", m, k), tb("b", n, k), tc("c", m, n);
+    std::memcpy(ta.data(), a.data(), sizeof(float) * a.size());
+    std::memcpy(tb.data(), b.data(), sizeof(float) * b.size());
+    kernels::gemm(Space{}, Op::none, Op::transpose, 1.0f, ta, tb, 0.0f, tc);
+    Kokkos::fence();
+    return std::vector<float>(tc.data(), tc.data() + tc.size());
+  };
+#if defined(KOKKOS_ENABLE_SERIAL)
+  CHECK(on(Kokkos::Serial{}) == one_call);
+#endif
+#if HYBRIDSEQ_HAS_OPENMP
+  INFO("OpenMP threads: " << core::compat::concurrency(Kokkos::OpenMP{}));
+  CHECK(on(Kokkos::OpenMP{}) == one_call);
+#endif
 }
 
 // GemmMath on cuBLAS: TF32 and bf16 round the inputs as they are read (10 and 7 mantissa bits,

@@ -52,7 +52,9 @@ KOKKOS_FORCEINLINE_FUNCTION T lane_reduce(const std::int64_t n, const T init, co
     HYBRIDSEQ_UNROLL
     for (int l = 0; l < reduce_lanes; ++l) acc[l] = combine(acc[l], term(j + l));
   }
-  for (int l = 0; j + l < n; ++l) acc[l] = combine(acc[l], term(j + l));
+  HYBRIDSEQ_UNROLL
+  for (int l = 0; l < reduce_lanes; ++l)  // the tail: a constant trip count keeps acc in registers
+    if (j + l < n) acc[l] = combine(acc[l], term(j + l));
   HYBRIDSEQ_UNROLL
   for (int width = reduce_lanes / 2; width > 0; width /= 2) {
     HYBRIDSEQ_UNROLL

@@ -18,6 +18,7 @@
 #include <array>
 #include <cctype>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -131,19 +132,38 @@ inline bool micro_kernel_wins(Op op_a, Op op_b, std::int64_t m, std::int64_t n, 
   return k <= 512;
 }
 
-/// C = alpha·op(A)·op(B) + beta·C on the micro-kernel, when the product is one it wins (above),
-/// beta is 0 or 1, the CPU has a vector copy and n fills its vectors. Returns false, having
-/// done nothing, otherwise. Each element of C sums over the whole depth in order, in registers:
-/// the same bits for any split of C between threads.
+/// The vector width the micro-kernel would run this product at: 16 (AVX-512) or 8 (AVX2) when
+/// the product is one it wins (above), alpha ≠ 0, beta is 0 or 1, the CPU has that vector copy
+/// and n fills its vectors; 0 (BLAS) otherwise. (With alpha = 0 BLAS leaves C as it is, where
+/// the micro-kernel would add 0 · A · B and turn an infinity in A or B into NaN.) A product cut
+/// into parts between threads is decided once, on its whole shape, so that the parts run the
+/// same code as one call would: the same bits at any thread count.
 template <class T>
-bool micro_kernel_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-                       std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+int micro_kernel_width(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, T beta) {
 #if HYBRIDSEQ_ISA_DISPATCH
   if constexpr (std::is_same_v<T, float>) {
     const Isa isa = host_isa();
     const int width = isa == Isa::avx512 && n % 16 == 0 ? 16 : isa != Isa::baseline && n % 8 == 0 ? 8 : 0;
-    if (width == 0 || (beta != 0 && beta != 1) || !micro_kernel_wins(op_a, op_b, m, n, k)) return false;
-    if (op_b == Op::transpose) {  // Bᵀ into this thread's scratch, k × n, row-major
+    const bool fits_int = m <= std::numeric_limits<int>::max() && n <= std::numeric_limits<int>::max();
+    if (width == 0 || alpha == 0 || (beta != 0 && beta != 1) || !fits_int || !micro_kernel_wins(op_a, op_b, m, n, k))
+      return 0;
+    return width;
+  }
+#endif
+  (void)op_a, (void)op_b, (void)m, (void)n, (void)k, (void)alpha, (void)beta;
+  return 0;
+}
+
+/// C = alpha·op(A)·op(B) + beta·C (beta 0 or 1) on the micro-kernel at `width` (16 or 8, from
+/// micro_kernel_width). Each element of C sums its whole depth in order, in registers. For NT,
+/// Bᵀ is copied first to scratch of this thread's own, kept between calls (at most 2¹⁷ floats:
+/// outside the workspace arena, allocated by the first such product on each thread).
+template <class T>
+void micro_kernel_gemm(int width, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                       std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+#if HYBRIDSEQ_ISA_DISPATCH
+  if constexpr (std::is_same_v<T, float>) {
+    if (op_b == Op::transpose) {  // Bᵀ, k × n, row-major
       thread_local std::vector<float> scratch;
       if (scratch.size() < std::size_t(k * n)) scratch.resize(std::size_t(k * n));
       float* bt = scratch.data();
@@ -158,23 +178,19 @@ bool micro_kernel_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::in
       simd::gemm(simd::Avx512{}, int(m), int(n), int(k), alpha, a, a_row, a_col, b, ldb, c, ldc, beta == 1);
     else
       simd::gemm(simd::Avx2{}, int(m), int(n), int(k), alpha, a, a_row, a_col, b, ldb, c, ldc, beta == 1);
-    return true;
+    return;
   }
 #endif
-  (void)op_a, (void)op_b, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb, (void)beta,
-      (void)c, (void)ldc;
-  return false;
+  (void)width, (void)op_a, (void)op_b, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb,
+      (void)beta, (void)c, (void)ldc;
 }
 
-}  // namespace detail
-
-/// Single-call host GEMM on raw row-major pointers: C (m×n) = alpha·op(A)·op(B) + beta·C.
-/// Used directly by kernels that multiply tiles inside their own parallel loops: OpenMP
-/// OpenBLAS runs a call made inside a parallel region on the calling thread.
+/// One call's product on the path chosen for it: the micro-kernel at `width`, or BLAS (or
+/// Eigen) at 0.
 template <class T>
-void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
-               const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
-  if (detail::micro_kernel_gemm<T>(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+void host_gemm_on(int width, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                  std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  if (width != 0) return micro_kernel_gemm<T>(width, op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #if defined(HYBRIDSEQ_WITH_BLAS)
   const auto ta = op_a == Op::none ? CblasNoTrans : CblasTrans;
   const auto tb = op_b == Op::none ? CblasNoTrans : CblasTrans;
@@ -205,6 +221,18 @@ void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
 #endif
 }
 
+}  // namespace detail
+
+/// Single-call host GEMM on raw row-major pointers: C (m×n) = alpha·op(A)·op(B) + beta·C.
+/// Used directly by kernels that multiply tiles inside their own parallel loops: OpenMP
+/// OpenBLAS runs a call made inside a parallel region on the calling thread.
+template <class T>
+void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
+               const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  detail::host_gemm_on<T>(detail::micro_kernel_width<T>(op_a, op_b, m, n, k, alpha, beta), op_a, op_b, m, n, k, alpha,
+                          a, lda, b, ldb, beta, c, ldc);
+}
+
 namespace detail {
 
 /// Parts of C's rows (or, when C is wider than tall, of its columns) that a product on `threads`
@@ -216,10 +244,11 @@ inline int gemm_parts(std::int64_t m, std::int64_t n, std::int64_t k, int thread
 }
 
 /// On OpenMP, a product big enough to share is cut into one part of C per thread, each a
-/// single-threaded BLAS call (a call inside a parallel region runs on its thread). OpenBLAS'
-/// own threading of the same product leaves a thread idle for many of a training step's
-/// shapes, (M, N, K) = (2048, 128, 512) or (512, 128, 2048) (docs/results.md, "One BLAS call
-/// per thread"). Every element of C is summed over the whole K by one call either way.
+/// single-threaded call on the path chosen for the whole product (the micro-kernel, or BLAS: a
+/// call inside a parallel region runs on its thread). OpenBLAS' own threading of the same
+/// product leaves a thread idle for many of a training step's shapes, (M, N, K) = (2048, 128,
+/// 512) or (512, 128, 2048) (docs/results.md, "One BLAS call per thread"). Every element of C
+/// is summed over the whole K by one call either way.
 template <class T, class Space>
 void gemm_host(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
                const MatrixIn<T, Space>& a, const MatrixIn<T, Space>& b, T beta, const MatrixOut<T, Space>& c) {
@@ -229,20 +258,21 @@ void gemm_host(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t
   const std::int64_t lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
   const int parts = gemm_parts(m, n, k, blas_threads_for(exec));
   if (parts > 1) {
+    const int width = micro_kernel_width<T>(op_a, op_b, m, n, k, alpha, beta);
     const bool rows = m >= n;  // cut the longer side of C
     const std::int64_t extent = rows ? m : n;
-    Kokkos::parallel_for("hybridseq::kernels::gemm[parts]",
-                         Kokkos::RangePolicy<Space, Kokkos::Schedule<Kokkos::Static>>(exec, 0, parts),
-                         [=](const int part) {
-                           const std::int64_t lo = extent * part / parts / 16 * 16;
-                           const std::int64_t hi = part + 1 == parts ? extent : extent * (part + 1) / parts / 16 * 16;
-                           if (rows)  // rows lo..hi of C: rows of A, or columns of a transposed A
-                             host_gemm<T>(op_a, op_b, hi - lo, n, k, alpha, pa + (op_a == Op::none ? lo * lda : lo),
-                                          lda, pb, ldb, beta, pc + lo * ldc, ldc);
-                           else  // columns lo..hi of C: columns of B, or rows of a transposed B
-                             host_gemm<T>(op_a, op_b, m, hi - lo, k, alpha, pa, lda,
-                                          pb + (op_b == Op::none ? lo : lo * ldb), ldb, beta, pc + lo, ldc);
-                         });
+    Kokkos::parallel_for(
+        "hybridseq::kernels::gemm[parts]", Kokkos::RangePolicy<Space, Kokkos::Schedule<Kokkos::Static>>(exec, 0, parts),
+        [=](const int part) {
+          const std::int64_t lo = extent * part / parts / 16 * 16;
+          const std::int64_t hi = part + 1 == parts ? extent : extent * (part + 1) / parts / 16 * 16;
+          if (rows)  // rows lo..hi of C: rows of A, or columns of a transposed A
+            host_gemm_on<T>(width, op_a, op_b, hi - lo, n, k, alpha, pa + (op_a == Op::none ? lo * lda : lo), lda, pb,
+                            ldb, beta, pc + lo * ldc, ldc);
+          else  // columns lo..hi of C: columns of B, or rows of a transposed B
+            host_gemm_on<T>(width, op_a, op_b, m, hi - lo, k, alpha, pa, lda, pb + (op_b == Op::none ? lo : lo * ldb),
+                            ldb, beta, pc + lo, ldc);
+        });
     return;
   }
 #if defined(HYBRIDSEQ_WITH_BLAS)

@@ -45,7 +45,10 @@
 
 /// Before a constant-trip loop over an array that must stay in registers (a micro-kernel's
 /// register block, a reduction's lanes): it does only when the loop is unrolled completely.
-#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+/// In CUDA device code an array indexed by a loop that is not unrolled goes to local memory.
+#if defined(__CUDA_ARCH__)
+#define HYBRIDSEQ_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #define HYBRIDSEQ_UNROLL _Pragma("GCC unroll 16")
 #else
 #define HYBRIDSEQ_UNROLL

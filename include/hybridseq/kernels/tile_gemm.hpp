@@ -19,7 +19,8 @@
 ///   AVX2    (16 ymm): 6 rows × 2 vectors of  8 floats   12 accumulators
 ///   generic (scalars): 4 × 4, any type, any n (double, odd head dims, non-x86 hosts)
 ///
-/// The vector shapes need n to be a multiple of the vector width (callers check the head dim).
+/// The vector shapes need n to be a multiple of the vector width (callers check: the attention
+/// kernel the head dim, the GEMM facade n).
 /// Every sum runs in a fixed order, so results are bit-identical from run to run (and differ
 /// between ISAs only by rounding).
 
@@ -136,7 +137,8 @@ HYBRIDSEQ_HOST_FORCEINLINE void block_of_size(int m, int nv, int k, typename S::
 }
 
 /// C = or += alpha · A · B (C's rows scaled by row_scale first, if given, when accumulating),
-/// walking C in column blocks (B's block stays in L1 across the rows).
+/// walking C in column blocks (B's block, depth × NV·W, stays in cache across the rows: L1 for
+/// an attention tile, L2 for the depth of at most 512 the GEMM facade gives it).
 template <class S>
 HYBRIDSEQ_HOST_FORCEINLINE void gemm_body(int m, int n, int k, typename S::Scalar alpha, const typename S::Scalar* a,
                                           std::int64_t a_row, std::int64_t a_col, const typename S::Scalar* b,

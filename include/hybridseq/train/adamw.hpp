@@ -78,6 +78,8 @@ struct AdamWUpdate {
       _mm512_storeu_ps(&m(i), mi);
       _mm512_storeu_ps(&v(i), vi);
       const __m512 mhat = mi / correction1, vhat = vi / correction2;
+      // The masked root with every lane set: GCC 12 warns (an error under -Werror) that
+      // _mm512_sqrt_ps' undefined pass-through operand "may be used uninitialized".
       _mm512_storeu_ps(&param(i),
                        p - lr * (mhat / (_mm512_mask_sqrt_ps(vhat, __mmask16(0xffff), vhat) + eps) + decay * p));
     }
