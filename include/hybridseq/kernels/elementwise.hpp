@@ -111,14 +111,14 @@ template <class F>
 [[HYBRIDSEQ_TARGET_AVX512, gnu::flatten]] void elementwise_loop_avx512(const F& f, std::int64_t begin,
                                                                        std::int64_t end) {
   if constexpr (HostVectorLoop<F>)
-    f.host_loop_avx512(begin, end);
+    F(f).host_loop_avx512(begin, end);  // on a local copy, as elementwise_loop (above)
   else
     elementwise_loop(f, begin, end);
 }
 template <class F>
 [[HYBRIDSEQ_TARGET_AVX2, gnu::flatten]] void elementwise_loop_avx2(const F& f, std::int64_t begin, std::int64_t end) {
   if constexpr (HostVectorLoop<F>)
-    f.host_loop_avx2(begin, end);
+    F(f).host_loop_avx2(begin, end);  // on a local copy, as elementwise_loop (above)
   else
     elementwise_loop(f, begin, end);
 }
