@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <hybridseq/core.hpp>
+#include <hybridseq/kernels/activations.hpp>
 #include <hybridseq/kernels/gemm.hpp>
 #include <hybridseq/kernels/reference/gemm.hpp>
 
@@ -523,6 +524,92 @@ TEST_CASE("gemm facade: a product split between threads gives one call's bits", 
   INFO("OpenMP threads: " << core::compat::concurrency(Kokkos::OpenMP{}));
   CHECK(on(Kokkos::OpenMP{}) == one_call);
 #endif
+}
+
+// The epilogue: C = 0.5 · op(A) · op(B) + 1 · biasᵀ (or + beta · C without a bias), then GELU
+// of C's elements into a second matrix. Shapes: fused into the micro-kernel in one block of rows
+// and in several (NN 300 × 512: 60-row blocks on one thread; cut by columns on two, where the
+// op runs after the product), cut by rows on two threads (NT 2048 × 64), at the AVX2 width on
+// an AVX-512 CPU (n = 40), and on BLAS (depth 3072), where the bias is broadcast first.
+HYBRIDSEQ_SPACE_TEST_CASE("gemm facade: an epilogue's bias and element-wise op act on the finished product",
+                          "[core][kernels]") {
+  using Space = TestType;
+  using kernels::Op;
+  const auto gelu_of = [](Tensor<const float*, Space> x, Tensor<float*, Space> y) {
+    return kernels::activation_forward_op<kernels::Activation::gelu, float, Space>(x, y);
+  };
+  using WithGelu = kernels::Epilogue<float, Space, decltype(gelu_of({}, {}))>;
+  struct Shape {
+    Op op_b;
+    int m, n, k;
+    bool bias;
+  };
+  const Shape shapes[] = {{Op::none, 37, 40, 20, true},
+                          {Op::none, 300, 512, 64, true},
+                          {Op::transpose, 2048, 64, 128, true},
+                          {Op::none, 64, 48, 3072, true},
+                          {Op::none, 300, 512, 64, false}};
+  for (const Shape& s : shapes) {
+    const bool tb = s.op_b == Op::transpose;
+    const float beta = s.bias ? 0.0f : 1.0f;
+    Tensor<float**, Space> a("a", s.m, s.k), b("b", tb ? s.n : s.k, tb ? s.k : s.n), c("c", s.m, s.n);
+    Tensor<float**, Space> activated("activated", s.m, s.n);
+    Tensor<float*, Space> bias("bias", s.bias ? s.n : 0);
+    core::fill(Space{}, core::flat(a), core::Init::normal(1), 1, 1);
+    core::fill(Space{}, core::flat(b), core::Init::normal(1), 1, 2);
+    core::fill(Space{}, core::flat(c), core::Init::normal(1), 1, 3);
+    core::fill(Space{}, bias, core::Init::normal(1), 1, 4);
+    const auto before = Kokkos::create_mirror(Kokkos::HostSpace{}, c);  // a copy, also on host spaces
+    Kokkos::deep_copy(before, c);
+    kernels::gemm(Space{}, Op::none, s.op_b, 0.5f, a, b, beta, c,
+                  WithGelu{bias, gelu_of(core::flat(c), core::flat(activated))});
+    const auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, a);
+    const auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, b);
+    const auto hc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, c);
+    const auto hbias = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, bias);
+    const auto hact = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, activated);
+    INFO("op_b " << tb << " m " << s.m << " n " << s.n << " k " << s.k << " bias " << s.bias);
+    for (int i = 0; i < s.m; ++i)
+      for (int j = 0; j < s.n; ++j) {
+        double sum = 0, magnitude = 0;
+        for (int p = 0; p < s.k; ++p) {
+          const double term = double(ha(i, p)) * double(tb ? hb(j, p) : hb(p, j));
+          sum += term;
+          magnitude += std::abs(term);
+        }
+        const double added = s.bias ? double(hbias(j)) : double(before(i, j));
+        const double want = 0.5 * sum + added;
+        // float summation's bound, as in the test above
+        REQUIRE(std::abs(double(hc(i, j)) - want) <= (s.k + 2) * 0x1p-24 * (0.5 * magnitude + std::abs(added)));
+        // GELU of what C holds, to a few ulps (the vector copies contract to FMAs; this scalar
+        // one may not)
+        const double gelu = double(kernels::ActivationFn<kernels::Activation::gelu>::value(hc(i, j)));
+        REQUIRE(std::abs(double(hact(i, j)) - gelu) <= 1e-6 * std::abs(gelu) + 1e-7);
+      }
+  }
+
+  // Refused before anything is written: C keeps its contents.
+  Tensor<float**, Space> a("a", 8, 4), b("b", 4, 16), c("c", 8, 16);
+  core::fill(Space{}, core::flat(c), core::Init::normal(1), 1, 5);
+  const auto before = Kokkos::create_mirror(Kokkos::HostSpace{}, c);
+  Kokkos::deep_copy(before, c);
+  Tensor<float*, Space> bias("bias", 16), short_bias("short_bias", 15);
+  REQUIRE_THROWS_WITH(
+      kernels::gemm(Space{}, Op::none, Op::none, 1.0f, a, b, 1.0f, c, kernels::Epilogue<float, Space>{bias}),
+      Contains("hybridseq::kernels::gemm") && Contains("needs beta = 0; beta is 1"));
+  REQUIRE_THROWS_WITH(
+      kernels::gemm(Space{}, Op::none, Op::none, 1.0f, a, b, 0.0f, c, kernels::Epilogue<float, Space>{short_bias}),
+      Contains("bias has 15 values for C's 16 columns"));
+  Tensor<float**, Space> padded(Kokkos::view_alloc("padded", Kokkos::AllowPadding), 8, 20);
+  Tensor<float**, Space> b20("b20", 4, 20);
+  REQUIRE(padded.stride(0) != 20);
+  REQUIRE_THROWS_WITH(
+      kernels::gemm(Space{}, Op::none, Op::none, 1.0f, a, b20, 0.0f, padded,
+                    WithGelu{{}, gelu_of(Tensor<float*, Space>("x", 160), Tensor<float*, Space>("y", 160))}),
+      Contains("needs C's rows contiguous; C's row stride is"));
+  const auto after = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, c);
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 16; ++j) REQUIRE(after(i, j) == before(i, j));
 }
 
 // GemmMath on cuBLAS: TF32 and bf16 round the inputs as they are read (10 and 7 mantissa bits,

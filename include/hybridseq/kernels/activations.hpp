@@ -148,19 +148,34 @@ struct ActivationBackward {
 };
 }  // namespace detail
 
+/// y = f(x) as an element-wise op over flat (n) views: activation_forward's kernel, or a
+/// product's epilogue (x the product's output, gemm.hpp's Epilogue).
+template <Activation A, class T, class Space>
+ElementwiseOp<detail::ActivationForward<A, T, Space>> activation_forward_op(TensorArg<const T*, Space> x,
+                                                                            TensorArg<T*, Space> y) {
+  return {"hybridseq::kernels::activation::forward", detail::activation_work<A>, {x, y}};
+}
+
+/// dx += f'(x) · dy (W = Write::assign: dx = f'(x) · dy) as an element-wise op:
+/// activation_backward's kernel, or a product's epilogue (dy the product's output).
+template <Activation A, class T, Write W = Write::add, class Space>
+ElementwiseOp<detail::ActivationBackward<A, W, T, Space>> activation_backward_op(TensorArg<const T*, Space> x,
+                                                                                 TensorArg<const T*, Space> dy,
+                                                                                 TensorArg<T*, Space> dx) {
+  return {"hybridseq::kernels::activation::backward", detail::activation_work<A>, {x, dy, dx}};
+}
+
 /// y = f(x) elementwise over flat (n) views.
 template <Activation A, class T, class Space>
 void activation_forward(const Space& exec, TensorArg<const T*, Space> x, TensorArg<T*, Space> y) {
-  elementwise<T>("hybridseq::kernels::activation::forward", exec, x.extent(0), detail::activation_work<A>,
-                 detail::ActivationForward<A, T, Space>{x, y});
+  elementwise<T>(exec, x.extent(0), activation_forward_op<A, T, Space>(x, y));
 }
 
 /// dx += f'(x) · dy (W = Write::assign: dx = f'(x) · dy) elementwise over flat (n) views.
 template <Activation A, class T, Write W = Write::add, class Space>
 void activation_backward(const Space& exec, TensorArg<const T*, Space> x, TensorArg<const T*, Space> dy,
                          TensorArg<T*, Space> dx) {
-  elementwise<T>("hybridseq::kernels::activation::backward", exec, x.extent(0), detail::activation_work<A>,
-                 detail::ActivationBackward<A, W, T, Space>{x, dy, dx});
+  elementwise<T>(exec, x.extent(0), activation_backward_op<A, T, W, Space>(x, dy, dx));
 }
 
 }  // namespace hybridseq::kernels

@@ -163,4 +163,20 @@ void elementwise(const char* label, const Space& exec, std::int64_t n, std::int6
   }
 }
 
+/// An element-wise kernel together with what `elementwise` needs to run it: its label and its
+/// work per index. A product's epilogue takes one (gemm.hpp), to run on C's elements as the
+/// product finishes them.
+template <class F>
+struct ElementwiseOp {
+  const char* label;
+  std::int64_t work_per_index;
+  F f;
+};
+
+/// op.f(i) for i in [0, n): `elementwise` with the op's label and work.
+template <class T, class Space, class F>
+void elementwise(const Space& exec, std::int64_t n, const ElementwiseOp<F>& op) {
+  elementwise<T>(op.label, exec, n, op.work_per_index, op.f);
+}
+
 }  // namespace hybridseq::kernels

@@ -4,6 +4,9 @@
 ///
 ///   C (M, N) = alpha · op(A) · op(B) + beta · C,   op(X) = X or Xᵀ
 ///
+/// optionally with an epilogue (Epilogue, below): a bias added to every row of C, then an
+/// element-wise op run on C's elements as the product finishes them.
+///
 /// Host spaces run float products of the shapes a training step is made of (a depth of at most
 /// a few hundred, or a weight gradient's long depth over small operands) on the library's own
 /// micro-kernel (tile_gemm.hpp), which needs no packing of its operands; every other product
@@ -27,6 +30,8 @@
 
 #include "../core/check.hpp"
 #include "../core/spaces.hpp"
+#include "bias.hpp"
+#include "elementwise.hpp"
 #include "isa.hpp"
 #include "tile_gemm.hpp"
 
@@ -52,6 +57,25 @@ void openblas_set_num_threads(int);
 namespace hybridseq::kernels {
 
 enum class Op { none, transpose };
+
+/// An epilogue without an element-wise op.
+struct NoThen {};
+
+/// What a product does to C as it finishes it: adds `bias` (N values; empty: none) to every row,
+/// then runs `then` (an ElementwiseOp over C's flat index, C contiguous; NoThen: none) on every
+/// element. This is C = alpha · op(A) · op(B) + 1 · biasᵀ (beta must be 0 with a bias), then
+/// C's elements through `then`; e.g. a Linear layer's bias and its activation, or an
+/// activation's backward after the product that makes its incoming gradient.
+///
+/// Where the host micro-kernel computes the product, the bias is added in registers as C is
+/// stored and `then` runs on each block of C's rows while the block is still in cache: no pass
+/// of their own over C in memory. Elsewhere (BLAS, a device) the bias is broadcast into C first
+/// and `then` runs over C after the product, with the same result up to the product's rounding.
+template <class T, class Space, class Then = NoThen>
+struct Epilogue {
+  Tensor<const T*, Space> bias{};
+  Then then{};
+};
 
 /// A row-major matrix argument; rows may be padded (stride(0) ≥ extent(1)).
 template <class T, class Space>
@@ -154,13 +178,21 @@ int micro_kernel_width(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::in
   return 0;
 }
 
-/// C = alpha·op(A)·op(B) + beta·C (beta 0 or 1) on the micro-kernel at `width` (16 or 8, from
-/// micro_kernel_width). Each element of C sums its whole depth in order, in registers. For NT,
-/// Bᵀ is copied first to scratch of this thread's own, kept between calls (at most 2¹⁷ floats:
-/// outside the workspace arena, allocated by the first such product on each thread).
-template <class T>
+/// Floats of C per block of rows that a product with an element-wise epilogue makes and then
+/// finishes: 128 KiB, which stays in L2 between the two.
+inline constexpr std::int64_t epilogue_block_floats = std::int64_t(1) << 15;
+
+/// C = alpha·op(A)·op(B) + beta·C (beta 0 or 1) + 1·biasᵀ (bias: n values, or null) on the
+/// micro-kernel at `width` (16 or 8, from micro_kernel_width), then `then` (or null) on each
+/// block of C's rows as it is made; C must then be contiguous (ldc = n), and `first` is the
+/// flat index in `then`'s terms of C's first element. Each element of C sums its whole depth in
+/// order, in registers, whatever the blocks. For NT, Bᵀ is copied first to scratch of this
+/// thread's own, kept between calls (at most 2¹⁷ floats: outside the workspace arena, allocated
+/// by the first such product on each thread).
+template <class T, class Then = NoThen>
 void micro_kernel_gemm(int width, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-                       std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+                       std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc,
+                       const T* bias = nullptr, const Then* then = nullptr, std::int64_t first = 0) {
 #if HYBRIDSEQ_ISA_DISPATCH
   if constexpr (std::is_same_v<T, float>) {
     if (op_b == Op::transpose) {  // Bᵀ, k × n, row-major
@@ -174,23 +206,42 @@ void micro_kernel_gemm(int width, Op op_a, Op op_b, std::int64_t m, std::int64_t
       ldb = n;
     }
     const std::int64_t a_row = op_a == Op::none ? lda : 1, a_col = op_a == Op::none ? 1 : lda;
-    if (width == 16)
-      simd::gemm(simd::Avx512{}, int(m), int(n), int(k), alpha, a, a_row, a_col, b, ldb, c, ldc, beta == 1);
-    else
-      simd::gemm(simd::Avx2{}, int(m), int(n), int(k), alpha, a, a_row, a_col, b, ldb, c, ldc, beta == 1);
+    // Blocks of whole register blocks of rows (simd::Avx512::rows = simd::Avx2::rows = 6).
+    const std::int64_t block = then ? std::max<std::int64_t>(6, epilogue_block_floats / n / 6 * 6) : m;
+    for (std::int64_t r0 = 0; r0 < m; r0 += block) {
+      const int rows = int(std::min(block, m - r0));
+      if (width == 16)
+        simd::gemm(simd::Avx512{}, rows, int(n), int(k), alpha, a + r0 * a_row, a_row, a_col, b, ldb, c + r0 * ldc, ldc,
+                   beta == 1, nullptr, bias);
+      else
+        simd::gemm(simd::Avx2{}, rows, int(n), int(k), alpha, a + r0 * a_row, a_row, a_col, b, ldb, c + r0 * ldc, ldc,
+                   beta == 1, nullptr, bias);
+      if constexpr (!std::is_same_v<Then, NoThen>) {
+        if (then) {
+          const std::int64_t begin = first + r0 * n, end = begin + rows * n;
+          if (width == 16)
+            elementwise_loop_avx512(then->f, begin, end);
+          else
+            elementwise_loop_avx2(then->f, begin, end);
+        }
+      }
+    }
     return;
   }
 #endif
   (void)width, (void)op_a, (void)op_b, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb,
-      (void)beta, (void)c, (void)ldc;
+      (void)beta, (void)c, (void)ldc, (void)bias, (void)then, (void)first;
 }
 
-/// One call's product on the path chosen for it: the micro-kernel at `width`, or BLAS (or
-/// Eigen) at 0.
-template <class T>
+/// One call's product on the path chosen for it: the micro-kernel at `width` (with the
+/// epilogue's bias and `then`, as micro_kernel_gemm), or BLAS (or Eigen) at 0 (no epilogue: the
+/// caller's).
+template <class T, class Then = NoThen>
 void host_gemm_on(int width, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-                  std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
-  if (width != 0) return micro_kernel_gemm<T>(width, op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+                  std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc,
+                  const T* bias = nullptr, const Then* then = nullptr, std::int64_t first = 0) {
+  if (width != 0)
+    return micro_kernel_gemm<T>(width, op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias, then, first);
 #if defined(HYBRIDSEQ_WITH_BLAS)
   const auto ta = op_a == Op::none ? CblasNoTrans : CblasTrans;
   const auto tb = op_b == Op::none ? CblasNoTrans : CblasTrans;
@@ -221,20 +272,6 @@ void host_gemm_on(int width, Op op_a, Op op_b, std::int64_t m, std::int64_t n, s
 #endif
 }
 
-}  // namespace detail
-
-/// Single-call host GEMM on raw row-major pointers: C (m×n) = alpha·op(A)·op(B) + beta·C.
-/// Used directly by kernels that multiply tiles inside their own parallel loops: OpenMP
-/// OpenBLAS runs a call made inside a parallel region on the calling thread.
-template <class T>
-void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
-               const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
-  detail::host_gemm_on<T>(detail::micro_kernel_width<T>(op_a, op_b, m, n, k, alpha, beta), op_a, op_b, m, n, k, alpha,
-                          a, lda, b, ldb, beta, c, ldc);
-}
-
-namespace detail {
-
 /// Parts of C's rows (or, when C is wider than tall, of its columns) that a product on `threads`
 /// threads is cut into: one per thread, each at least 64 wide, for products of at least 4 M
 /// multiply-adds; 1 for smaller ones.
@@ -248,18 +285,31 @@ inline int gemm_parts(std::int64_t m, std::int64_t n, std::int64_t k, int thread
 /// call inside a parallel region runs on its thread). OpenBLAS' own threading of the same
 /// product leaves a thread idle for many of a training step's shapes, (M, N, K) = (2048, 128,
 /// 512) or (512, 128, 2048) (docs/results.md, "One BLAS call per thread"). Every element of C
-/// is summed over the whole K by one call either way.
-template <class T, class Space>
+/// is summed over the whole K by one call either way. The epilogue is fused into the
+/// micro-kernel's calls (its `then` where each call makes whole rows of C); on BLAS the bias is
+/// broadcast into C first and `then` runs after.
+template <class T, class Space, class Then>
 void gemm_host(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-               const MatrixIn<T, Space>& a, const MatrixIn<T, Space>& b, T beta, const MatrixOut<T, Space>& c) {
+               const MatrixIn<T, Space>& a, const MatrixIn<T, Space>& b, T beta, const MatrixOut<T, Space>& c,
+               const Epilogue<T, Space, Then>& epilogue) {
+  constexpr bool has_then = !std::is_same_v<Then, NoThen>;
   const T* pa = a.data();
   const T* pb = b.data();
   T* pc = c.data();
+  const T* bias = epilogue.bias.extent(0) != 0 ? epilogue.bias.data() : nullptr;
   const std::int64_t lda = a.stride(0), ldb = b.stride(0), ldc = c.stride(0);
+  const int width = micro_kernel_width<T>(op_a, op_b, m, n, k, alpha, beta);
+  if (bias && width == 0) {  // BLAS adds the product to the bias broadcast into C
+    broadcast_rows<T>(exec, epilogue.bias, c);
+    beta = T(1);
+    bias = nullptr;
+  }
   const int parts = gemm_parts(m, n, k, blas_threads_for(exec));
+  const bool rows = m >= n;  // parts cut the longer side of C
+  const Then* then = nullptr;
+  if constexpr (has_then)
+    if (width != 0 && (parts == 1 || rows)) then = &epilogue.then;
   if (parts > 1) {
-    const int width = micro_kernel_width<T>(op_a, op_b, m, n, k, alpha, beta);
-    const bool rows = m >= n;  // cut the longer side of C
     const std::int64_t extent = rows ? m : n;
     Kokkos::parallel_for(
         "hybridseq::kernels::gemm[parts]", Kokkos::RangePolicy<Space, Kokkos::Schedule<Kokkos::Static>>(exec, 0, parts),
@@ -268,17 +318,19 @@ void gemm_host(const Space& exec, Op op_a, Op op_b, std::int64_t m, std::int64_t
           const std::int64_t hi = part + 1 == parts ? extent : extent * (part + 1) / parts / 16 * 16;
           if (rows)  // rows lo..hi of C: rows of A, or columns of a transposed A
             host_gemm_on<T>(width, op_a, op_b, hi - lo, n, k, alpha, pa + (op_a == Op::none ? lo * lda : lo), lda, pb,
-                            ldb, beta, pc + lo * ldc, ldc);
+                            ldb, beta, pc + lo * ldc, ldc, bias, then, lo * n);
           else  // columns lo..hi of C: columns of B, or rows of a transposed B
             host_gemm_on<T>(width, op_a, op_b, m, hi - lo, k, alpha, pa, lda, pb + (op_b == Op::none ? lo : lo * ldb),
-                            ldb, beta, pc + lo, ldc);
+                            ldb, beta, pc + lo, ldc, bias ? bias + lo : nullptr, then, 0);
         });
-    return;
-  }
+  } else {
 #if defined(HYBRIDSEQ_WITH_BLAS)
-  blas_threads(blas_threads_for(exec));
+    if (width == 0) blas_threads(blas_threads_for(exec));
 #endif
-  host_gemm<T>(op_a, op_b, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc);
+    host_gemm_on<T>(width, op_a, op_b, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc, bias, then, 0);
+  }
+  if constexpr (has_then)
+    if (!then) elementwise<T>(exec, m * n, epilogue.then);
 }
 
 /// Device fallback: one thread per output element. Correct, not fast; cuBLAS goes here.
@@ -367,31 +419,58 @@ inline void set_gemm_math(GemmMath math) {
 #endif
 }
 
-/// C = alpha · op(A) · op(B) + beta · C. With beta = 0, C's prior contents are ignored
-/// (NaNs included). Throws shape_error when the inner or outer extents disagree.
-template <class Space, Scalar T>
+/// C = alpha · op(A) · op(B) + beta · C, then the epilogue (Epilogue: a bias added to every
+/// row, with beta = 0; then an element-wise op on C's elements). With beta = 0, C's prior
+/// contents are ignored (NaNs included). Throws shape_error when the inner or outer extents
+/// disagree, or the bias is not N long, or an element-wise op is given for a C with padded rows;
+/// value_error for a bias with beta ≠ 0.
+template <class Space, Scalar T, class Then>
 void gemm(const Space& exec, Op op_a, Op op_b, T alpha, std::type_identity_t<MatrixIn<T, Space>> a,
-          std::type_identity_t<MatrixIn<T, Space>> b, T beta, std::type_identity_t<MatrixOut<T, Space>> c) {
+          std::type_identity_t<MatrixIn<T, Space>> b, T beta, std::type_identity_t<MatrixOut<T, Space>> c,
+          const Epilogue<T, Space, Then>& epilogue) {
+  constexpr const char* api = "hybridseq::kernels::gemm";
   const std::int64_t m = op_a == Op::none ? a.extent(0) : a.extent(1);
   const std::int64_t k = op_a == Op::none ? a.extent(1) : a.extent(0);
   const std::int64_t kb = op_b == Op::none ? b.extent(0) : b.extent(1);
   const std::int64_t n = op_b == Op::none ? b.extent(1) : b.extent(0);
   if (k != kb || static_cast<std::int64_t>(c.extent(0)) != m || static_cast<std::int64_t>(c.extent(1)) != n)
-    fail<shape_error>("hybridseq::kernels::gemm", "op(A) is (", m, ",", k, "), op(B) is (", kb, ",", n, "), C is (",
-                      c.extent(0), ",", c.extent(1), ")");
+    fail<shape_error>(api, "op(A) is (", m, ",", k, "), op(B) is (", kb, ",", n, "), C is (", c.extent(0), ",",
+                      c.extent(1), ")");
+  const std::int64_t bias = epilogue.bias.extent(0);
+  if (bias != 0 && bias != n)
+    fail<shape_error>(api, "the epilogue's bias has ", bias, " values for C's ", n, " columns");
+  if (bias != 0 && beta != T(0)) fail<value_error>(api, "an epilogue's bias needs beta = 0; beta is ", beta);
+  if constexpr (!std::is_same_v<Then, NoThen>)
+    if (m > 1 && static_cast<std::int64_t>(c.stride(0)) != n)
+      fail<shape_error>(api, "an element-wise epilogue needs C's rows contiguous; C's row stride is ", c.stride(0),
+                        " for ", n, " columns");
   if (m == 0 || n == 0) return;
-  if (k == 0) {  // BLAS leaves C untouched for k = 0 only when beta = 1; make it exact.
-    detail::gemm_device<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c);
-    return;
+  if constexpr (detail::host_accessible<Space>)
+    if (k != 0) return detail::gemm_host<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c, epilogue);
+  // A device, or k = 0 (BLAS leaves C untouched for k = 0 only when beta = 1; the plain kernel
+  // is exact): the epilogue in passes of its own.
+  if (bias != 0) {
+    broadcast_rows<T>(exec, epilogue.bias, c);
+    beta = T(1);
   }
-  if constexpr (detail::host_accessible<Space>) detail::gemm_host<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c);
 #if HYBRIDSEQ_GEMM_CUBLAS
-  else if constexpr (std::is_same_v<Space, Kokkos::Cuda>)
-    detail::gemm_cublas<T>(exec, op_a, op_b, m, n, k, alpha, a.data(), a.stride(0), b.data(), b.stride(0), beta,
-                           c.data(), c.stride(0));
+  if constexpr (std::is_same_v<Space, Kokkos::Cuda>) {
+    if (k != 0)
+      detail::gemm_cublas<T>(exec, op_a, op_b, m, n, k, alpha, a.data(), a.stride(0), b.data(), b.stride(0), beta,
+                             c.data(), c.stride(0));
+    else
+      detail::gemm_device<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c);
+  } else
 #endif
-  else
     detail::gemm_device<T>(exec, op_a, op_b, m, n, k, alpha, a, b, beta, c);
+  if constexpr (!std::is_same_v<Then, NoThen>) elementwise<T>(exec, m * n, epilogue.then);
+}
+
+/// C = alpha · op(A) · op(B) + beta · C (no epilogue).
+template <class Space, Scalar T>
+void gemm(const Space& exec, Op op_a, Op op_b, T alpha, std::type_identity_t<MatrixIn<T, Space>> a,
+          std::type_identity_t<MatrixIn<T, Space>> b, T beta, std::type_identity_t<MatrixOut<T, Space>> c) {
+  gemm(exec, op_a, op_b, alpha, a, b, beta, c, Epilogue<T, Space>{});
 }
 
 }  // namespace hybridseq::kernels

@@ -3,11 +3,13 @@
 /// The register-blocked micro-kernel behind every tile product of the tiled attention kernel,
 /// and behind the host float products that it runs faster than BLAS (gemm.hpp):
 ///
-///   C (m × n) = or += α · A (m × k) · B (k × n),   or   C = diag(s) · C + α · A · B
+///   C (m × n) = or += α · A (m × k) · B (k × n),   or   C = diag(s) · C + α · A · B,
+///   each optionally + 1 · biasᵀ (the bias added to every row)
 ///
 /// The last form, C's rows scaled as they are added to, is the online softmax's correction of
 /// the output accumulator (O ← diag(e^(m_old − m)) · O + P · V) done in the product's epilogue,
-/// where C is loaded anyway, instead of in a pass of its own over C.
+/// where C is loaded anyway, instead of in a pass of its own over C. The bias is a Linear
+/// layer's, added in registers as C is stored (instead of broadcast into C before the product).
 ///
 /// A is read one scalar at a time through two strides (row, column), so a transposed operand
 /// (Pᵀ, dSᵀ) costs no copy; B is row-major with contiguous columns, read as vectors; C is
@@ -74,12 +76,13 @@ HYBRIDSEQ_HOST_FORCEINLINE void store(T* p, const V& v) {
 
 /// One register block: C (M × NV·W) at c = or += alpha · A · B; when accumulating with a
 /// row_scale (the scales of the block's rows, from its first), C's row i is multiplied by
-/// row_scale[i] first.
+/// row_scale[i] first; with a col_bias (the block's columns' biases, from its first), the bias is
+/// added last.
 template <class S, int M, int NV>
 HYBRIDSEQ_HOST_FORCEINLINE void block(int k, typename S::Scalar alpha, const typename S::Scalar* a, std::int64_t a_row,
                                       std::int64_t a_col, const typename S::Scalar* b, std::int64_t ldb,
                                       typename S::Scalar* c, std::int64_t ldc, bool accumulate,
-                                      const typename S::Scalar* row_scale) {
+                                      const typename S::Scalar* row_scale, const typename S::Scalar* col_bias) {
   using V = typename S::V;
   constexpr int W = S::lanes;
   V acc[M][NV];
@@ -110,6 +113,11 @@ HYBRIDSEQ_HOST_FORCEINLINE void block(int k, typename S::Scalar alpha, const typ
         if (row_scale) old *= row_scale[i] - V{};
         r += old;
       }
+      if (col_bias) {
+        V bias;
+        load(bias, col_bias + j * W);
+        r += bias;
+      }
       store(c + i * ldc + j * W, r);
     }
   }
@@ -120,36 +128,41 @@ template <class S, int M, int NV = S::vectors>
 HYBRIDSEQ_HOST_FORCEINLINE void block_of_width(int nv, int k, typename S::Scalar alpha, const typename S::Scalar* a,
                                                std::int64_t a_row, std::int64_t a_col, const typename S::Scalar* b,
                                                std::int64_t ldb, typename S::Scalar* c, std::int64_t ldc,
-                                               bool accumulate, const typename S::Scalar* row_scale) {
+                                               bool accumulate, const typename S::Scalar* row_scale,
+                                               const typename S::Scalar* col_bias) {
   if constexpr (NV > 1)
     if (nv < NV)
-      return block_of_width<S, M, NV - 1>(nv, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale);
-  block<S, M, NV>(k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale);
+      return block_of_width<S, M, NV - 1>(nv, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale,
+                                          col_bias);
+  block<S, M, NV>(k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale, col_bias);
 }
 template <class S, int M = S::rows>
 HYBRIDSEQ_HOST_FORCEINLINE void block_of_size(int m, int nv, int k, typename S::Scalar alpha,
                                               const typename S::Scalar* a, std::int64_t a_row, std::int64_t a_col,
                                               const typename S::Scalar* b, std::int64_t ldb, typename S::Scalar* c,
-                                              std::int64_t ldc, bool accumulate, const typename S::Scalar* row_scale) {
+                                              std::int64_t ldc, bool accumulate, const typename S::Scalar* row_scale,
+                                              const typename S::Scalar* col_bias) {
   if constexpr (M > 1)
-    if (m < M) return block_of_size<S, M - 1>(m, nv, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale);
-  block_of_width<S, M>(nv, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale);
+    if (m < M)
+      return block_of_size<S, M - 1>(m, nv, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale, col_bias);
+  block_of_width<S, M>(nv, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale, col_bias);
 }
 
-/// C = or += alpha · A · B (C's rows scaled by row_scale first, if given, when accumulating),
-/// walking C in column blocks (B's block, depth × NV·W, stays in cache across the rows: L1 for
-/// an attention tile, L2 for the depth of at most 512 the GEMM facade gives it).
+/// C = or += alpha · A · B (C's rows scaled by row_scale first, if given, when accumulating;
+/// col_bias, if given, added to every row), walking C in column blocks (B's block, depth × NV·W, stays in cache across
+/// the rows: L1 for an attention tile, L2 for the depth of at most 512 the GEMM facade gives it).
 template <class S>
 HYBRIDSEQ_HOST_FORCEINLINE void gemm_body(int m, int n, int k, typename S::Scalar alpha, const typename S::Scalar* a,
                                           std::int64_t a_row, std::int64_t a_col, const typename S::Scalar* b,
                                           std::int64_t ldb, typename S::Scalar* c, std::int64_t ldc, bool accumulate,
-                                          const typename S::Scalar* row_scale) {
+                                          const typename S::Scalar* row_scale, const typename S::Scalar* col_bias) {
   constexpr int W = S::lanes, NV = S::vectors, MR = S::rows;
   for (int j0 = 0; j0 < n; j0 += NV * W) {
     const int nv = (n - j0) / W < NV ? (n - j0) / W : NV;
     for (int i0 = 0; i0 < m; i0 += MR)
       block_of_size<S>(m - i0 < MR ? m - i0 : MR, nv, k, alpha, a + i0 * a_row, a_row, a_col, b + j0, ldb,
-                       c + i0 * ldc + j0, ldc, accumulate, row_scale ? row_scale + i0 : nullptr);
+                       c + i0 * ldc + j0, ldc, accumulate, row_scale ? row_scale + i0 : nullptr,
+                       col_bias ? col_bias + j0 : nullptr);
   }
 }
 
@@ -157,20 +170,22 @@ HYBRIDSEQ_HOST_FORCEINLINE void gemm_body(int m, int n, int k, typename S::Scala
 /// ISA. Callers pass the shape as a tag.
 template <class T>
 inline void gemm(Generic<T>, int m, int n, int k, T alpha, const T* a, std::int64_t a_row, std::int64_t a_col,
-                 const T* b, std::int64_t ldb, T* c, std::int64_t ldc, bool accumulate, const T* row_scale = nullptr) {
-  gemm_body<Generic<T>>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale);
+                 const T* b, std::int64_t ldb, T* c, std::int64_t ldc, bool accumulate, const T* row_scale = nullptr,
+                 const T* col_bias = nullptr) {
+  gemm_body<Generic<T>>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale, col_bias);
 }
 #if HYBRIDSEQ_ISA_DISPATCH
 [[HYBRIDSEQ_TARGET_AVX2]] inline void gemm(Avx2, int m, int n, int k, float alpha, const float* a, std::int64_t a_row,
                                            std::int64_t a_col, const float* b, std::int64_t ldb, float* c,
-                                           std::int64_t ldc, bool accumulate, const float* row_scale = nullptr) {
-  gemm_body<Avx2>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale);
+                                           std::int64_t ldc, bool accumulate, const float* row_scale = nullptr,
+                                           const float* col_bias = nullptr) {
+  gemm_body<Avx2>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale, col_bias);
 }
 [[HYBRIDSEQ_TARGET_AVX512]] inline void gemm(Avx512, int m, int n, int k, float alpha, const float* a,
                                              std::int64_t a_row, std::int64_t a_col, const float* b, std::int64_t ldb,
                                              float* c, std::int64_t ldc, bool accumulate,
-                                             const float* row_scale = nullptr) {
-  gemm_body<Avx512>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale);
+                                             const float* row_scale = nullptr, const float* col_bias = nullptr) {
+  gemm_body<Avx512>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale, col_bias);
 }
 #endif
 

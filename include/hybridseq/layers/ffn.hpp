@@ -80,8 +80,7 @@ class MlpFfn {
     check_ffn("Ffn", "forward", S.d, x, "y", y);
     s.h = hidden<T>(ws, "ffn.h", x.extent(0), x.extent(1), S.f);
     s.a = hidden<T>(ws, "ffn.a", x.extent(0), x.extent(1), S.f);
-    fc1_.forward(ws, x, s.h, s.fc1);
-    kernels::activation_forward<S.act, T>(Space{}, core::flat(s.h), core::flat(s.a));
+    fc1_.forward(ws, x, s.h, s.fc1, kernels::activation_forward_op<S.act, T, Space>(core::flat(s.h), core::flat(s.a)));
     fc2_.forward(ws, s.a, y, s.fc2);
   }
 
@@ -90,8 +89,9 @@ class MlpFfn {
     core::WorkspaceScope scope(ws);
     auto da = ws.template allocate<T***>("ffn.da", dx.extent(0), dx.extent(1), S.f);
     auto dh = ws.template allocate<T***>("ffn.dh", dx.extent(0), dx.extent(1), S.f);
-    fc2_.backward(ws, s.fc2, dy, da, Write::assign);
-    kernels::activation_backward<S.act, T, Write::assign>(Space{}, core::flat(s.h), core::flat(da), core::flat(dh));
+    fc2_.backward(ws, s.fc2, dy, da, Write::assign,
+                  kernels::activation_backward_op<S.act, T, Write::assign, Space>(core::flat(s.h), core::flat(da),
+                                                                                  core::flat(dh)));
     fc1_.backward(ws, s.fc1, dh, dx);
   }
 

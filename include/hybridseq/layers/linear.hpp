@@ -49,24 +49,30 @@ class Linear {
         bias_partials_(S.bias ? kernels::column_partials<T, Space>("hybridseq::layers::Linear::bias_partials", S.out)
                               : Tensor<T**, Space>()) {}
 
-  void forward(core::Workspace<Space>&, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& saved) const {
+  /// y = x Wᵀ + b, then `then` (a kernels::ElementwiseOp over y's flat index, e.g. an
+  /// activation; or kernels::NoThen) on y's elements as the product finishes them: the bias and
+  /// `then` are the product's epilogue (kernels::Epilogue), fused where the product allows.
+  template <class Then = kernels::NoThen>
+  void forward(core::Workspace<Space>&, Tensor<const T***, Space> x, Tensor<T***, Space> y, Saved& saved,
+               const Then& then = {}) const {
     check(x, y, "forward", "y");
     saved.x = x;
-    const Space exec{};
-    const T beta = S.bias ? T(1) : T(0);
-    if constexpr (S.bias) kernels::broadcast_rows<T>(exec, bias_.value(), core::as_matrix(y));
-    kernels::gemm(exec, kernels::Op::none, kernels::Op::transpose, T(1), core::as_matrix(x),
-                  weight_.template shaped<T**>(), beta, core::as_matrix(y));
+    kernels::gemm(Space{}, kernels::Op::none, kernels::Op::transpose, T(1), core::as_matrix(x),
+                  weight_.template shaped<T**>(), T(0), core::as_matrix(y),
+                  kernels::Epilogue<T, Space, Then>{bias_.value(), then});
   }
 
+  /// The gradients; `then` runs on dx's elements as the product that makes dx finishes them
+  /// (e.g. the backward of the activation before this layer).
+  template <class Then = kernels::NoThen>
   void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy, Tensor<T***, Space> dx,
-                Write write = Write::add) {
+                Write write = Write::add, const Then& then = {}) {
     check(dx, dy, "backward", "dy");
     const Space exec{};
     const auto x = core::as_matrix(saved.x);
     const auto g = core::as_matrix(dy);
     kernels::gemm(exec, kernels::Op::none, kernels::Op::none, T(1), g, weight_.template shaped<T**>(),
-                  write == Write::add ? T(1) : T(0), core::as_matrix(dx));
+                  write == Write::add ? T(1) : T(0), core::as_matrix(dx), kernels::Epilogue<T, Space, Then>{{}, then});
     kernels::gemm(exec, kernels::Op::transpose, kernels::Op::none, T(1), g, x, T(1),
                   weight_.template shaped_grad<T**>());
     if constexpr (S.bias) kernels::accumulate_column_sums<T>(exec, g, bias_.grad(), bias_partials_);
