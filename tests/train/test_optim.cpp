@@ -84,6 +84,36 @@ HYBRIDSEQ_SPACE_TEST_CASE("global-norm clipping scales to the limit and refuses 
   REQUIRE_THROWS_AS(train::clip_gradient_norm(m, 1.0), value_error);
 }
 
+namespace {
+// Gradients of 3 blocks of the host's norm reduction and a part block (3 · 4096 + 37), and a
+// short one: every lane of the blocks, the lanes' tails, and the blocks' sum.
+template <class Space>
+struct LongGradients {
+  using execution_space = Space;
+  core::Parameter<float, Space> w{{12325}, core::Role::weight, core::Init::zeros()};
+  core::Parameter<float, Space> b{{5}, core::Role::bias, core::Init::zeros()};
+  template <class V>
+  void visit_parameters(V&& visit) {
+    visit("w", w);
+    visit("b", b);
+  }
+};
+}  // namespace
+
+HYBRIDSEQ_SPACE_TEST_CASE("the gradient norm over long gradients is the norm in double", "[train]") {
+  LongGradients<TestType> m;
+  double want = 0;
+  for (auto* p : {&m.w, &m.b}) {
+    std::vector<float> g(p->grad().extent(0));
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      g[i] = float(std::sin(0.1 * double(i) + double(g.size())));
+      want += double(g[i]) * double(g[i]);
+    }
+    set(p->grad(), g);
+  }
+  REQUIRE(train::gradient_norm(m) == Approx(std::sqrt(want)).epsilon(1e-13));
+}
+
 TEST_CASE("schedules: warm-up then linear, cosine or constant, exact at the key steps", "[train][host]") {
   // P = 2e-3, W = 10, N = 110, r = 0.1: warm-up P·(s+1)/W; decays start at P at s = W, pass
   // the midpoint at s = W + (N−W)/2 = 60, reach r·P at s = N and stay there.
