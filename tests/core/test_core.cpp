@@ -544,11 +544,9 @@ HYBRIDSEQ_SPACE_TEST_CASE("gemm facade: an epilogue's bias and element-wise op a
     int m, n, k;
     bool bias;
   };
-  const Shape shapes[] = {{Op::none, 37, 40, 20, true},
-                          {Op::none, 300, 512, 64, true},
-                          {Op::transpose, 2048, 64, 128, true},
-                          {Op::none, 64, 48, 3072, true},
-                          {Op::none, 300, 512, 64, false}};
+  const Shape shapes[] = {{Op::none, 37, 40, 20, true},         {Op::none, 300, 512, 64, true},
+                          {Op::transpose, 2048, 64, 128, true}, {Op::none, 64, 48, 3072, true},
+                          {Op::none, 300, 512, 64, false},      {Op::none, 5, 16, 0, true}};
   for (const Shape& s : shapes) {
     const bool tb = s.op_b == Op::transpose;
     const float beta = s.bias ? 0.0f : 1.0f;
@@ -588,6 +586,39 @@ HYBRIDSEQ_SPACE_TEST_CASE("gemm facade: an epilogue's bias and element-wise op a
       }
   }
 
+  // An op that adds to its output runs once on every element, fused or not, and on the same ISA
+  // copy as a pass of its own: dx += GELU'(h) ⊙ C gives the bits of the product without an
+  // epilogue followed by activation_backward (by rows on threads, NT 2048 × 64; by columns,
+  // NN 300 × 512).
+  for (const Shape& s : {Shape{Op::transpose, 2048, 64, 128, false}, Shape{Op::none, 300, 512, 64, false}}) {
+    const bool tb = s.op_b == Op::transpose;
+    Tensor<float**, Space> a("a", s.m, s.k), b("b", tb ? s.n : s.k, tb ? s.k : s.n), c("c", s.m, s.n);
+    Tensor<float**, Space> h("h", s.m, s.n), dx("dx", s.m, s.n), c_apart("c_apart", s.m, s.n),
+        dx_apart("dx_apart", s.m, s.n);
+    core::fill(Space{}, core::flat(a), core::Init::normal(1), 1, 1);
+    core::fill(Space{}, core::flat(b), core::Init::normal(1), 1, 2);
+    core::fill(Space{}, core::flat(h), core::Init::normal(1), 1, 3);
+    core::fill(Space{}, core::flat(dx), core::Init::normal(1), 1, 4);
+    Kokkos::deep_copy(dx_apart, dx);
+    const auto op = kernels::activation_backward_op<kernels::Activation::gelu, float, Write::add, Space>(
+        core::flat(h), core::flat(c), core::flat(dx));
+    kernels::gemm(Space{}, Op::none, s.op_b, 1.0f, a, b, 0.0f, c,
+                  kernels::Epilogue<float, Space, decltype(op)>{{}, op});
+    kernels::gemm(Space{}, Op::none, s.op_b, 1.0f, a, b, 0.0f, c_apart);
+    kernels::activation_backward<kernels::Activation::gelu, float, Write::add>(
+        Space{}, core::flat(h), core::flat(c_apart), core::flat(dx_apart));
+    const auto hc = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, c);
+    const auto hdx = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, dx);
+    const auto hc_apart = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, c_apart);
+    const auto hdx_apart = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, dx_apart);
+    INFO("op_b " << tb << " m " << s.m << " n " << s.n << " k " << s.k);
+    for (int i = 0; i < s.m; ++i)
+      for (int j = 0; j < s.n; ++j) {
+        REQUIRE(hc(i, j) == hc_apart(i, j));
+        REQUIRE(hdx(i, j) == hdx_apart(i, j));
+      }
+  }
+
   // Refused before anything is written: C keeps its contents.
   Tensor<float**, Space> a("a", 8, 4), b("b", 4, 16), c("c", 8, 16);
   core::fill(Space{}, core::flat(c), core::Init::normal(1), 1, 5);
@@ -603,6 +634,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("gemm facade: an epilogue's bias and element-wise op a
   Tensor<float**, Space> padded(Kokkos::view_alloc("padded", Kokkos::AllowPadding), 8, 20);
   Tensor<float**, Space> b20("b20", 4, 20);
   REQUIRE(padded.stride(0) != 20);
+  Kokkos::deep_copy(padded, 7.0f);
   REQUIRE_THROWS_WITH(
       kernels::gemm(Space{}, Op::none, Op::none, 1.0f, a, b20, 0.0f, padded,
                     WithGelu{{}, gelu_of(Tensor<float*, Space>("x", 160), Tensor<float*, Space>("y", 160))}),
@@ -610,6 +642,9 @@ HYBRIDSEQ_SPACE_TEST_CASE("gemm facade: an epilogue's bias and element-wise op a
   const auto after = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, c);
   for (int i = 0; i < 8; ++i)
     for (int j = 0; j < 16; ++j) REQUIRE(after(i, j) == before(i, j));
+  const auto padded_after = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, padded);
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 20; ++j) REQUIRE(padded_after(i, j) == 7.0f);
 }
 
 // GemmMath on cuBLAS: TF32 and bf16 round the inputs as they are read (10 and 7 mantissa bits,

@@ -69,8 +69,9 @@ struct NoThen {};
 ///
 /// Where the host micro-kernel computes the product, the bias is added in registers as C is
 /// stored and `then` runs on each block of C's rows while the block is still in cache: no pass
-/// of their own over C in memory. Elsewhere (BLAS, a device) the bias is broadcast into C first
-/// and `then` runs over C after the product, with the same result up to the product's rounding.
+/// of their own over C in memory (but `then` runs after the product where threads cut C by
+/// columns). Elsewhere (BLAS, a device, k = 0) the bias is broadcast into C first and `then`
+/// runs over C after the product, with the same result up to the product's rounding.
 template <class T, class Space, class Then = NoThen>
 struct Epilogue {
   Tensor<const T*, Space> bias{};
@@ -218,8 +219,10 @@ void micro_kernel_gemm(int width, Op op_a, Op op_b, std::int64_t m, std::int64_t
                    beta == 1, nullptr, bias);
       if constexpr (!std::is_same_v<Then, NoThen>) {
         if (then) {
+          // The CPU's widest copy, as a pass of its own would run (a width-8 product on an
+          // AVX-512 CPU too): the op gives the same bits fused or not.
           const std::int64_t begin = first + r0 * n, end = begin + rows * n;
-          if (width == 16)
+          if (host_isa() == Isa::avx512)
             elementwise_loop_avx512(then->f, begin, end);
           else
             elementwise_loop_avx2(then->f, begin, end);

@@ -13,11 +13,11 @@
 namespace hybridseq::train {
 
 namespace detail {
-// The per-tensor kernels of clipping. Free functions rather than lambdas inside the generic
-// parameter visitors below: nvcc rejects a device lambda defined inside a generic lambda.
 /// Elements per block of squared_norm on a host.
 inline constexpr std::int64_t norm_block = 4096;
 
+// The per-tensor kernels of clipping. Free functions rather than lambdas inside the generic
+// parameter visitors below: nvcc rejects a device lambda defined inside a generic lambda.
 /// Σ g(i)² in double. On a host, per block of norm_block elements, each summed in lanes
 /// (kernels::lane_sum: independent partial sums, where one running sum is a chain of dependent
 /// adds at one per 4 cycles); on a device, per element.
