@@ -85,19 +85,26 @@ HYBRIDSEQ_SPACE_TEST_CASE("global-norm clipping scales to the limit and refuses 
 }
 
 namespace {
-// Gradients of 3 blocks of the host's norm reduction and a part block (3 · 4096 + 37), and a
-// short one: every lane of the blocks, the lanes' tails, and the blocks' sum.
-template <class Space>
-struct LongGradients {
+// A weight of `Weight` and a bias of `Bias` values (N(0, 0.5²) at initialisation).
+template <class Space, std::size_t Weight, std::size_t Bias>
+struct WeightAndBias {
   using execution_space = Space;
-  core::Parameter<float, Space> w{{12325}, core::Role::weight, core::Init::zeros()};
-  core::Parameter<float, Space> b{{5}, core::Role::bias, core::Init::zeros()};
+  core::Parameter<float, Space> w{{Weight}, core::Role::weight, core::Init::normal(0.5)};
+  core::Parameter<float, Space> b{{Bias}, core::Role::bias, core::Init::normal(0.5)};
   template <class V>
   void visit_parameters(V&& visit) {
     visit("w", w);
     visit("b", b);
   }
 };
+// Sizes that are not multiples of any vector width: the host copies' vector loops and their
+// scalar tails both run.
+template <class Space>
+using OddSizes = WeightAndBias<Space, 37 * 29, 13>;
+// Gradients of 3 blocks of the host's norm reduction and a part block (3 · 4096 + 37), and a
+// short one: every lane of the blocks, the lanes' tails, and the blocks' sum.
+template <class Space>
+using LongGradients = WeightAndBias<Space, 12325, 5>;
 }  // namespace
 
 HYBRIDSEQ_SPACE_TEST_CASE("the gradient norm over long gradients is the norm in double", "[train]") {
@@ -236,22 +243,6 @@ void set_gradients(Mixed<Space>& m, int step) {
     ++k;
   });
 }
-}  // namespace
-
-namespace {
-// Sizes that are not multiples of any vector width: the host copies' vector loops and their
-// scalar tails both run.
-template <class Space>
-struct OddSizes {
-  using execution_space = Space;
-  core::Parameter<float, Space> w{{37, 29}, core::Role::weight, core::Init::normal(0.5)};
-  core::Parameter<float, Space> b{{13}, core::Role::bias, core::Init::normal(0.5)};
-  template <class V>
-  void visit_parameters(V&& visit) {
-    visit("w", w);
-    visit("b", b);
-  }
-};
 }  // namespace
 
 HYBRIDSEQ_SPACE_TEST_CASE("AdamW on this ISA copy follows the update in double, vector loops and tails", "[train]") {
