@@ -64,10 +64,19 @@ std::map<std::pair<std::string, std::int64_t>, double>& measured() {
   return m;
 }
 
-template <class Scheme, class Space, bool Backward>
+/// The (B, H, Dh) a kernel benchmark runs at: the long-sequence default, or a text_lm training
+/// step's attention (B = 16, 4 heads of 32 at T = 128: every tile there is on or next to the
+/// band's edge).
+struct Batch {
+  std::int64_t batch;
+  int heads, head_dim;
+};
+constexpr Batch long_sequence{1, heads, head_dim}, text_lm_step{16, 4, 32};
+
+template <class Scheme, class Space, bool Backward, Batch Shape = long_sequence>
 void kernel_benchmark(benchmark::State& state) {
   const std::int64_t t = state.range(0);
-  Problem<Space> p(t);
+  Problem<Space> p(t, Shape.batch, Shape.heads, Shape.head_dim);
   const auto a = p.args();
   const auto g = p.grads();
   att::forward(Space{}, a, Scheme::band);  // backward reads O and LSE; also a warm-up
@@ -85,13 +94,14 @@ void kernel_benchmark(benchmark::State& state) {
     total += s;
   }
   const double secs = total / double(state.iterations());
-  const double flops = (Backward ? 2.5 : 1.0) * 4.0 * double(att::visible_entries<Scheme>(t)) * head_dim * heads;
+  const double flops = (Backward ? 2.5 : 1.0) * 4.0 * double(att::visible_entries<Scheme>(t)) * double(Shape.batch) *
+                       Shape.head_dim * Shape.heads;
   state.counters["GFLOP/s"] = flops / secs * 1e-9;
   state.counters["visible_entries"] = double(att::visible_entries<Scheme>(t));
   state.counters["visible_vs_causal"] =
       double(att::visible_entries<Scheme>(t)) / double(att::visible_entries<att::Causal>(t));
   state.counters["vs_sgemm"] = flops / secs * 1e-9 / sgemm_gflops<Space>();
-  if constexpr (!Backward) {
+  if constexpr (!Backward && Shape.batch == long_sequence.batch) {
     measured<Space>()[{Scheme::name, t}] = secs;
     if constexpr (!std::is_same_v<Scheme, att::Causal>) {
       const auto full = measured<Space>().find({att::Causal::name, t});
@@ -164,6 +174,19 @@ void register_space() {
   };
   kernels.template operator()<false>();
   kernels.template operator()<true>();
+  // A text_lm training step's attention (text_lm's Transformer and ECP), forward and backward.
+  const auto step_kernels = [&]<class Scheme>(const char* scheme) {
+    for (const bool backward : {false, true})
+      benchmark::RegisterBenchmark((std::string(backward ? "attention_bwd/" : "attention_fwd/") + scheme + sfx).c_str(),
+                                   backward ? kernel_benchmark<Scheme, Space, true, text_lm_step>
+                                            : kernel_benchmark<Scheme, Space, false, text_lm_step>)
+          ->Arg(128)
+          ->ArgName("T")
+          ->Unit(benchmark::kMicrosecond)
+          ->UseManualTime();
+  };
+  step_kernels.template operator()<att::Causal>("text_lm_causal:B16H4Dh32");
+  step_kernels.template operator()<att::EcpPairs<32>>("text_lm_ecp:32:B16H4Dh32");
   benchmark::RegisterBenchmark(("attention_branch_fwd_bwd/causal" + sfx).c_str(), branch_fwd_bwd<att::Causal, Space>)
       ->Arg(1024)
       ->Arg(4096)

@@ -19,10 +19,12 @@
 #include <hybridseq/kernels/activations.hpp>
 #include <hybridseq/kernels/gemm.hpp>
 #include <hybridseq/kernels/reference/gemm.hpp>
+#include <hybridseq/kernels/tile_gemm.hpp>
 
 #include "support/spaces.hpp"
 
 using namespace hybridseq;
+namespace simd = hybridseq::kernels::simd;
 using Catch::Matchers::Contains;
 
 TEST_CASE("check_shape names the API and the actual extents", "[core][host]") {
@@ -523,6 +525,78 @@ TEST_CASE("gemm facade: a product split between threads gives one call's bits", 
 #if HYBRIDSEQ_HAS_OPENMP
   INFO("OpenMP threads: " << core::compat::concurrency(Kokkos::OpenMP{}));
   CHECK(on(Kokkos::OpenMP{}) == one_call);
+#endif
+}
+
+// The micro-kernel's spans (tile_gemm.hpp, Extras): with A zero outside each row's span, cutting
+// each block of rows' depth to its rows' spans gives the uncut product's bits (plain and with a
+// row scale, where a block whose depth is cut to nothing still scales its rows); with wanted
+// spans of C, every wanted entry has the uncut product's bits and no vector outside its block
+// of rows' spans is written. Every vector copy the CPU has, and the generic one.
+namespace {
+template <class Shape>
+void check_micro_kernel_spans() {
+  using T = typename Shape::Scalar;
+  constexpr int W = Shape::lanes, MR = Shape::rows;
+  const int m = 23, n = 4 * W + (W == 1 ? 3 : 0), k = 50;
+  // Spans that grow by uneven steps, some rows empty, some blocks of rows with nothing at all.
+  std::vector<int> begin(m), end(m), cbegin(m), cend(m);
+  for (int i = 0; i < m; ++i) {
+    begin[i] = std::min(k, i * 2 + (i > 12 ? 9 : 0));
+    end[i] = std::max(begin[i], std::min(k, i < 6 ? 0 : 5 + i * 2 + (i > 12 ? 12 : 0)));
+    cbegin[i] = std::min(n, i * n / m + (i >= 10 ? 2 : 0));
+    cend[i] = std::max(cbegin[i], std::min(n, i < 6 ? cbegin[i] : cbegin[i] + W + 3));
+  }
+  for (int i = 1; i < m; ++i)
+    REQUIRE((begin[i] >= begin[i - 1] && end[i] >= end[i - 1] && cbegin[i] >= cbegin[i - 1] && cend[i] >= cend[i - 1]));
+  std::vector<T> a(std::size_t(m) * k), b(std::size_t(k) * n), scale(m);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = T(std::sin(0.37 * double(i)));
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = T(std::cos(0.53 * double(i)));
+  for (int i = 0; i < m; ++i) scale[i] = T(0.5 + 0.01 * i);
+  std::vector<T> a_banded = a;
+  for (int i = 0; i < m; ++i)
+    for (int p = 0; p < k; ++p)
+      if (p < begin[i] || p >= end[i]) a_banded[std::size_t(i) * k + p] = 0;
+  const simd::RowSpans a_spans{begin.data(), end.data()}, c_spans{cbegin.data(), cend.data()};
+  const auto product = [&](const std::vector<T>& lhs, bool accumulate, const simd::Extras<T>& x, T fill) {
+    std::vector<T> c(std::size_t(m) * n);
+    for (std::size_t i = 0; i < c.size(); ++i) c[i] = fill == 0 ? T(std::cos(0.11 * double(i))) : fill;
+    simd::gemm(Shape{}, m, n, k, T(0.75), lhs.data(), k, 1, b.data(), n, c.data(), n, accumulate, x);
+    return c;
+  };
+  CHECK(product(a_banded, false, {.a_nonzero = a_spans}, 0) == product(a_banded, false, {}, 0));
+  CHECK(product(a_banded, true, {.row_scale = scale.data(), .a_nonzero = a_spans}, 0) ==
+        product(a_banded, true, {.row_scale = scale.data()}, 0));
+
+  const T sentinel = T(-12345.5);
+  const auto whole = product(a, false, {}, sentinel), cut = product(a, false, {.c_wanted = c_spans}, sentinel);
+  int wanted = 0, untouched = 0;
+  for (int i = 0; i < m; ++i) {
+    const int i0 = i / MR * MR, last = std::min(m, i0 + MR) - 1;
+    const int lo = cbegin[i0] / W * W, hi = (cend[last] + W - 1) / W * W;  // the block's vectors
+    for (int j = 0; j < n; ++j) {
+      const T got = cut[std::size_t(i) * n + j];
+      INFO("row " << i << " column " << j);
+      if (j >= cbegin[i] && j < cend[i]) {
+        CHECK(got == whole[std::size_t(i) * n + j]);
+        ++wanted;
+      } else if (j < lo || j >= hi || hi <= lo) {
+        CHECK(got == sentinel);
+        ++untouched;
+      }
+    }
+  }
+  CHECK(wanted > m);
+  CHECK(untouched > m * n / 4);
+}
+}  // namespace
+
+TEST_CASE("micro-kernel: spans cut each block of rows to its rows' depth and columns", "[core][kernels][host]") {
+  check_micro_kernel_spans<simd::Generic<float>>();
+  check_micro_kernel_spans<simd::Generic<double>>();
+#if HYBRIDSEQ_ISA_DISPATCH
+  if (kernels::host_isa() >= kernels::Isa::avx2) check_micro_kernel_spans<simd::Avx2>();
+  if (kernels::host_isa() == kernels::Isa::avx512) check_micro_kernel_spans<simd::Avx512>();
 #endif
 }
 

@@ -213,10 +213,10 @@ void micro_kernel_gemm(int width, Op op_a, Op op_b, std::int64_t m, std::int64_t
       const int rows = int(std::min(block, m - r0));
       if (width == 16)
         simd::gemm(simd::Avx512{}, rows, int(n), int(k), alpha, a + r0 * a_row, a_row, a_col, b, ldb, c + r0 * ldc, ldc,
-                   beta == 1, nullptr, bias);
+                   beta == 1, {.col_bias = bias});
       else
         simd::gemm(simd::Avx2{}, rows, int(n), int(k), alpha, a + r0 * a_row, a_row, a_col, b, ldb, c + r0 * ldc, ldc,
-                   beta == 1, nullptr, bias);
+                   beta == 1, {.col_bias = bias});
       if constexpr (!std::is_same_v<Then, NoThen>) {
         if (then) {
           // The CPU's widest copy, as a pass of its own would run (a width-8 product on an

@@ -10,6 +10,9 @@
 /// the output accumulator (O ← diag(e^(m_old − m)) · O + P · V) done in the product's epilogue,
 /// where C is loaded anyway, instead of in a pass of its own over C. The bias is a Linear
 /// layer's, added in registers as C is stored (instead of broadcast into C before the product).
+/// On a tile that straddles an attention band's edge, per-row spans (Extras) say which part of
+/// each row of A is nonzero or of C is wanted: the kernel cuts each block of rows' depth or
+/// columns to them, so that a diagonal tile's masked triangle is mostly not computed.
 ///
 /// A is read one scalar at a time through two strides (row, column), so a transposed operand
 /// (Pᵀ, dSᵀ) costs no copy; B is row-major with contiguous columns, read as vectors; C is
@@ -74,10 +77,29 @@ HYBRIDSEQ_HOST_FORCEINLINE void store(T* p, const V& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-/// One register block: C (M × NV·W) at c = or += alpha · A · B; when accumulating with a
-/// row_scale (the scales of the block's rows, from its first), C's row i is multiplied by
-/// row_scale[i] first; with a col_bias (the block's columns' biases, from its first), the bias is
-/// added last.
+/// Index ranges [begin[i], end[i]) per row of a tile, both ends non-decreasing in i (as a
+/// band's are: every segment scheme's). Null: no ranges, every row whole.
+struct RowSpans {
+  const int* begin = nullptr;
+  const int* end = nullptr;
+  explicit operator bool() const { return begin != nullptr; }
+};
+
+/// What a product does besides C = or += alpha · A · B; all optional.
+template <class T>
+struct Extras {
+  const T* row_scale = nullptr;  ///< when accumulating, C's row i is multiplied by row_scale[i] first
+  const T* col_bias = nullptr;   ///< added to every row of C, last
+  /// A's row i is zero outside [begin[i], end[i]): a block of rows sums only the depth its rows'
+  /// ranges cover. Leaving out terms that are 0 · b changes no bit of a sum that starts from +0.
+  RowSpans a_nonzero{};
+  /// Only [begin[i], end[i]) of C's row i is wanted: a block of rows computes the vectors that
+  /// cover its rows' ranges and leaves the rest of its rows of C as they were.
+  RowSpans c_wanted{};
+};
+
+/// One register block: C (M × NV·W) at c = or += alpha · A · B, over a depth of k; row_scale and
+/// col_bias from the block's first row and column (Extras).
 template <class S, int M, int NV>
 HYBRIDSEQ_HOST_FORCEINLINE void block(int k, typename S::Scalar alpha, const typename S::Scalar* a, std::int64_t a_row,
                                       std::int64_t a_col, const typename S::Scalar* b, std::int64_t ldb,
@@ -148,21 +170,34 @@ HYBRIDSEQ_HOST_FORCEINLINE void block_of_size(int m, int nv, int k, typename S::
   block_of_width<S, M>(nv, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale, col_bias);
 }
 
-/// C = or += alpha · A · B (C's rows scaled by row_scale first, if given, when accumulating;
-/// col_bias, if given, added to every row), walking C in column blocks (B's block, depth × NV·W, stays in cache across
-/// the rows: L1 for an attention tile, L2 for the depth of at most 512 the GEMM facade gives it).
+/// C = or += alpha · A · B with Extras, walking C in column blocks (B's block, depth × NV·W,
+/// stays in cache across the rows: L1 for an attention tile, L2 for the depth of at most 512 the
+/// GEMM facade gives it). Spans (Extras) cut each block of rows' depth and columns to its rows'.
 template <class S>
 HYBRIDSEQ_HOST_FORCEINLINE void gemm_body(int m, int n, int k, typename S::Scalar alpha, const typename S::Scalar* a,
                                           std::int64_t a_row, std::int64_t a_col, const typename S::Scalar* b,
                                           std::int64_t ldb, typename S::Scalar* c, std::int64_t ldc, bool accumulate,
-                                          const typename S::Scalar* row_scale, const typename S::Scalar* col_bias) {
+                                          const Extras<typename S::Scalar>& x) {
   constexpr int W = S::lanes, NV = S::vectors, MR = S::rows;
   for (int j0 = 0; j0 < n; j0 += NV * W) {
-    const int nv = (n - j0) / W < NV ? (n - j0) / W : NV;
-    for (int i0 = 0; i0 < m; i0 += MR)
-      block_of_size<S>(m - i0 < MR ? m - i0 : MR, nv, k, alpha, a + i0 * a_row, a_row, a_col, b + j0, ldb,
-                       c + i0 * ldc + j0, ldc, accumulate, row_scale ? row_scale + i0 : nullptr,
-                       col_bias ? col_bias + j0 : nullptr);
+    const int j1 = n - j0 < NV * W ? n : j0 + NV * W;
+    for (int i0 = 0; i0 < m; i0 += MR) {
+      const int rows = m - i0 < MR ? m - i0 : MR, last = i0 + rows - 1;
+      int p0 = 0, p1 = k, c0 = j0, c1 = j1;
+      if (x.a_nonzero) {
+        p0 = x.a_nonzero.begin[i0] < k ? x.a_nonzero.begin[i0] : k;
+        p1 = x.a_nonzero.end[last] < p0 ? p0 : x.a_nonzero.end[last] < k ? x.a_nonzero.end[last] : k;
+      }
+      if (x.c_wanted) {
+        const int first_vector = x.c_wanted.begin[i0] / W * W, end_vector = (x.c_wanted.end[last] + W - 1) / W * W;
+        c0 = first_vector > j0 ? first_vector : j0;
+        c1 = end_vector < j1 ? end_vector : j1;
+        if (c1 <= c0) continue;
+      }
+      block_of_size<S>(rows, (c1 - c0) / W, p1 - p0, alpha, a + i0 * a_row + p0 * a_col, a_row, a_col,
+                       b + p0 * ldb + c0, ldb, c + i0 * ldc + c0, ldc, accumulate,
+                       x.row_scale ? x.row_scale + i0 : nullptr, x.col_bias ? x.col_bias + c0 : nullptr);
+    }
   }
 }
 
@@ -170,22 +205,19 @@ HYBRIDSEQ_HOST_FORCEINLINE void gemm_body(int m, int n, int k, typename S::Scala
 /// ISA. Callers pass the shape as a tag.
 template <class T>
 inline void gemm(Generic<T>, int m, int n, int k, T alpha, const T* a, std::int64_t a_row, std::int64_t a_col,
-                 const T* b, std::int64_t ldb, T* c, std::int64_t ldc, bool accumulate, const T* row_scale = nullptr,
-                 const T* col_bias = nullptr) {
-  gemm_body<Generic<T>>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale, col_bias);
+                 const T* b, std::int64_t ldb, T* c, std::int64_t ldc, bool accumulate, const Extras<T>& x = {}) {
+  gemm_body<Generic<T>>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, x);
 }
 #if HYBRIDSEQ_ISA_DISPATCH
 [[HYBRIDSEQ_TARGET_AVX2]] inline void gemm(Avx2, int m, int n, int k, float alpha, const float* a, std::int64_t a_row,
                                            std::int64_t a_col, const float* b, std::int64_t ldb, float* c,
-                                           std::int64_t ldc, bool accumulate, const float* row_scale = nullptr,
-                                           const float* col_bias = nullptr) {
-  gemm_body<Avx2>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale, col_bias);
+                                           std::int64_t ldc, bool accumulate, const Extras<float>& x = {}) {
+  gemm_body<Avx2>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, x);
 }
 [[HYBRIDSEQ_TARGET_AVX512]] inline void gemm(Avx512, int m, int n, int k, float alpha, const float* a,
                                              std::int64_t a_row, std::int64_t a_col, const float* b, std::int64_t ldb,
-                                             float* c, std::int64_t ldc, bool accumulate,
-                                             const float* row_scale = nullptr, const float* col_bias = nullptr) {
-  gemm_body<Avx512>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, row_scale, col_bias);
+                                             float* c, std::int64_t ldc, bool accumulate, const Extras<float>& x = {}) {
+  gemm_body<Avx512>(m, n, k, alpha, a, a_row, a_col, b, ldb, c, ldc, accumulate, x);
 }
 #endif
 

@@ -6,7 +6,9 @@
 /// Memory is O(T·D): forward keeps only the per-row log-sum-exp; backward recomputes each
 /// score tile from Q, K and the saved LSE. Never a T×T matrix. Which key tiles a query tile
 /// visits is decided by the scheme's band (segment_schemes.hpp): fully masked tiles are
-/// skipped, tiles on a band edge are masked inside, interior tiles run unmasked.
+/// skipped, interior tiles run unmasked, and a tile on a band edge computes only what the band
+/// shows there (TileSpans: per block of rows, the micro-kernel skips the vectors and the depth
+/// that hold none of it) and masks the rest.
 ///
 /// Tiles are held transposed, a row per key and a lane per query (Sᵀ = K · α Qᵀ, with α Qᵀ
 /// packed once per query tile): the softmax statistics of a tile's 64 queries are then whole
@@ -216,17 +218,55 @@ HYBRIDSEQ_HOST_FORCEINLINE void pack_transposed(const HeadRows<const T>& x, std:
   }
 }
 
-/// Sets the entries of an edge tile Sᵀ (cols keys × tile_q query lanes) that the scheme hides
-/// to −inf, so that exp makes them 0.
-template <class T>
-HYBRIDSEQ_HOST_FORCEINLINE void mask_scores(const Band& band, T* st, std::int64_t p_first, std::int64_t rows,
-                                            std::int64_t k0, std::int64_t cols, std::int64_t n) {
-  for (std::int64_t i = 0; i < rows; ++i) {
-    const std::int64_t kb = std::clamp<std::int64_t>(band.key_begin(p_first + i, n) - k0, 0, cols);
-    const std::int64_t ke = std::clamp<std::int64_t>(band.key_end(p_first + i, n) - k0, 0, cols);
-    for (std::int64_t j = 0; j < kb; ++j) st[j * tile_q + i] = neg_inf<T>();
-    for (std::int64_t j = ke; j < cols; ++j) st[j * tile_q + i] = neg_inf<T>();
+/// Which entries of a tile on a band edge the band shows, as ranges within the tile: for each
+/// key j the query rows that see it, for each query row i the keys it sees. Both ends of either
+/// are non-decreasing, as the band's are, which is what the micro-kernel's RowSpans ask.
+struct TileSpans {
+  int query_begin[tile_k], query_end[tile_k];
+  int key_begin[tile_q], key_end[tile_q];
+
+  /// Fills the spans of the tile of `rows` query rows from position p_first and `cols` keys from k0.
+  void find(const Band& band, std::int64_t p_first, std::int64_t rows, std::int64_t k0, std::int64_t cols,
+            std::int64_t n) {
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const std::int64_t kb = std::clamp<std::int64_t>(band.key_begin(p_first + i, n) - k0, 0, cols);
+      key_begin[i] = int(kb);
+      key_end[i] = int(std::clamp<std::int64_t>(band.key_end(p_first + i, n) - k0, kb, cols));
+    }
+    // Query row i sees key k0 + j when key_begin ≤ k0 + j < key_end: the rows from the first
+    // whose band ends past the key to the first whose band starts past it.
+    std::int64_t qb = 0, qe = 0;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      while (qb < rows && band.key_end(p_first + qb, n) <= k0 + j) ++qb;
+      while (qe < rows && band.key_begin(p_first + qe, n) <= k0 + j) ++qe;
+      query_begin[j] = int(qb);
+      query_end[j] = int(std::max(qb, qe));
+    }
   }
+  simd::RowSpans queries() const { return {query_begin, query_end}; }  // per row of Sᵀ
+  simd::RowSpans keys() const { return {key_begin, key_end}; }         // per row of S
+};
+
+/// Sets the entries of an edge tile Sᵀ (cols keys × `lanes` query lanes) that the band hides,
+/// and the lanes past the tile's query rows, to −inf, so that exp makes them 0: also those the
+/// product skipped (TileSpans: it computes only vectors that hold shown entries).
+template <class T>
+HYBRIDSEQ_HOST_FORCEINLINE void mask_scores(const TileSpans& spans, T* st, std::int64_t cols, int lanes) {
+  for (std::int64_t j = 0; j < cols; ++j) {
+    T* row = st + j * tile_q;
+    std::fill(row, row + spans.query_begin[j], neg_inf<T>());
+    std::fill(row + spans.query_end[j], row + lanes, neg_inf<T>());
+  }
+}
+
+/// Row j of an edge tile's Sᵀ-shaped result: f(i) over the query lanes that see key j, 0 on
+/// every other lane of the tile (also where the product skipped vectors, which hold garbage).
+template <class T, class F>
+HYBRIDSEQ_HOST_FORCEINLINE void shown_or_zero(const TileSpans& spans, std::int64_t j, T* row, F f) {
+  const int qb = spans.query_begin[j], qe = spans.query_end[j];
+  std::fill(row, row + qb, T(0));
+  for (int i = qb; i < qe; ++i) row[i] = f(i);
+  std::fill(row + qe, row + tile_q, T(0));
 }
 
 /// One key tile of the online softmax, a lane per query: m ← max(m, maxⱼ Sᵀⱼ),
@@ -300,8 +340,13 @@ struct Forward {
     for (std::int64_t k0 = kb / tile_k * tile_k; k0 < ke; k0 += tile_k) {
       const std::int64_t cols = std::min<std::int64_t>(tile_k, n - k0);
       const T* k = a.k.row(b, k0, hk);
-      simd::gemm(shape, int(cols), lanes, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false);
-      if (!tile_is_interior(band, p_first, p_last, k0, cols, n)) mask_scores(band, s, p_first, rows, k0, cols, n);
+      // On a band edge only the shown entries are computed (TileSpans), the rest masked.
+      const bool edge = !tile_is_interior(band, p_first, p_last, k0, cols, n);
+      TileSpans spans;
+      if (edge) spans.find(band, p_first, rows, k0, cols, n);
+      simd::gemm(shape, int(cols), lanes, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false,
+                 {.c_wanted = edge ? spans.queries() : simd::RowSpans{}});
+      if (edge) mask_scores(spans, s, cols, lanes);
       if (lanes == tile_q)
         online_softmax<S>(s, cols, std::integral_constant<int, tile_q>{}, m, l, corr);
       else
@@ -311,7 +356,7 @@ struct Forward {
           for (std::int64_t i = 0; i < rows; ++i) s[j * tile_q + i] *= a.dropout_factor(b, h, i0 + i, k0 + j);
       // O ← diag(corr) · O + P V, P read transposed out of Sᵀ
       simd::gemm(shape, int(rows), dh, int(cols), T(1), s, 1, tile_q, a.v.row(b, k0, hk), a.v.time_stride, acc, dh,
-                 true, corr);
+                 true, {.row_scale = corr, .a_nonzero = edge ? spans.keys() : simd::RowSpans{}});
     }
     T* lse = a.lse + (b * a.heads + h) * a.tq + i0;
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -496,13 +541,25 @@ struct Backward {
         if (cols <= 0) break;  // never (k0 < ke ≤ n); without it GCC 12 sees a negative copy size
         const T* k = a.k.row(b, k0, hk);
         const T* v = a.v.row(b, k0, hk);
-        simd::gemm(shape, cols, tile_q, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false);  // Sᵀ
+        // On a band edge only the shown entries are computed (TileSpans); P and dS are 0 elsewhere.
+        const bool edge = !tile_is_interior(band, p_first, p_last, k0, cols, n);
+        TileSpans spans;
+        if (edge) spans.find(band, p_first, rows, k0, cols, n);
+        const simd::RowSpans by_key = edge ? spans.queries() : simd::RowSpans{};
+        const simd::RowSpans by_query = edge ? spans.keys() : simd::RowSpans{};
+        simd::gemm(shape, cols, tile_q, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false,
+                   {.c_wanted = by_key});  // Sᵀ
         if (scores) std::copy(s, s + cols * tile_q, scores);
-        if (!tile_is_interior(band, p_first, p_last, k0, cols, n)) mask_scores(band, s, p_first, rows, k0, cols, n);
-        for (int j = 0; j < cols; ++j)
-          for (int i = 0; i < tile_q; ++i) s[j * tile_q + i] = exp_in_loop(s[j * tile_q + i] - lse[i]);     // Pᵀ
-        simd::gemm(shape, cols, tile_q, dh, T(1), v, a.v.time_stride, 1, do_t, tile_q, dp, tile_q, false);  // dPᵀ
-        const T* p_used = s;  // the probabilities V saw: P, or P ⊙ M under dropout
+        for (int j = 0; j < cols; ++j) {  // Pᵀ
+          T* sj = s + j * tile_q;
+          if (edge)
+            shown_or_zero(spans, j, sj, [&](int i) { return exp_in_loop(sj[i] - lse[i]); });
+          else
+            for (int i = 0; i < tile_q; ++i) sj[i] = exp_in_loop(sj[i] - lse[i]);
+        }
+        simd::gemm(shape, cols, tile_q, dh, T(1), v, a.v.time_stride, 1, do_t, tile_q, dp, tile_q, false,
+                   {.c_wanted = by_key});  // dPᵀ
+        const T* p_used = s;               // the probabilities V saw: P, or P ⊙ M under dropout
         if (dropped) {
           for (int j = 0; j < cols; ++j)
             for (std::int64_t i = 0; i < rows; ++i) {
@@ -512,19 +569,25 @@ struct Backward {
             }
           p_used = dropped;
         }
-        for (int j = 0; j < cols; ++j)
-          for (int i = 0; i < tile_q; ++i)
-            dp[j * tile_q + i] = s[j * tile_q + i] * (dp[j * tile_q + i] - delta[i]);  // dSᵀ
-        if (scores)
+        for (int j = 0; j < cols; ++j) {  // dSᵀ
+          const T* pj = s + j * tile_q;
+          T* dj = dp + j * tile_q;
+          if (edge)
+            shown_or_zero(spans, j, dj, [&](int i) { return pj[i] * (dj[i] - delta[i]); });
+          else
+            for (int i = 0; i < tile_q; ++i) dj[i] = pj[i] * (dj[i] - delta[i]);
+        }
+        if (scores)  // over the shown entries: dS is 0 on the others, whose scores were not computed
           for (int j = 0; j < cols; ++j)
-            for (std::int64_t i = 0; i < rows; ++i)
+            for (std::int64_t i = edge ? spans.query_begin[j] : 0; i < (edge ? spans.query_end[j] : rows); ++i)
               dalpha += double(dp[j * tile_q + i]) * double(scores[j * tile_q + i]);
         // dV += Pᵀ dO, dK += α dSᵀ Q (both rows of Sᵀ), dQ += dS K (Sᵀ read transposed; α at the end)
         simd::gemm(shape, cols, dh, int(rows), T(1), p_used, tile_q, 1, g.d_o.row(b, i0, h), g.d_o.time_stride,
-                   sums.dv + k0 * sums.dv_stride, sums.dv_stride, true);
+                   sums.dv + k0 * sums.dv_stride, sums.dv_stride, true, {.a_nonzero = by_key});
         simd::gemm(shape, cols, dh, int(rows), alpha, dp, tile_q, 1, a.q.row(b, i0, h), a.q.time_stride,
-                   sums.dk + k0 * sums.dk_stride, sums.dk_stride, true);
-        simd::gemm(shape, int(rows), dh, cols, T(1), dp, 1, tile_q, k, a.k.time_stride, dq, dh, true);
+                   sums.dk + k0 * sums.dk_stride, sums.dk_stride, true, {.a_nonzero = by_key});
+        simd::gemm(shape, int(rows), dh, cols, T(1), dp, 1, tile_q, k, a.k.time_stride, dq, dh, true,
+                   {.a_nonzero = by_query});
       }
       for (std::int64_t r = 0; r < rows; ++r) {
         T* out = g.dq.row(b, i0 + r, h);
