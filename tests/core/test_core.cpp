@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -530,9 +531,10 @@ TEST_CASE("gemm facade: a product split between threads gives one call's bits", 
 
 // The micro-kernel's spans (tile_gemm.hpp, Extras): with A zero outside each row's span, cutting
 // each block of rows' depth to its rows' spans gives the uncut product's bits (plain and with a
-// row scale, where a block whose depth is cut to nothing still scales its rows); with wanted
-// spans of C, every wanted entry has the uncut product's bits and no vector outside its block
-// of rows' spans is written. Every vector copy the CPU has, and the generic one.
+// row scale, where the first block, cut to no depth, still scales its rows), and A is not read
+// outside its block's spans (NaN there would show); with wanted spans of C, every wanted entry
+// has the uncut product's bits and no vector outside its block of rows' spans is written. Every
+// vector copy the CPU has, and the generic one.
 namespace {
 template <class Shape>
 void check_micro_kernel_spans() {
@@ -542,8 +544,8 @@ void check_micro_kernel_spans() {
   // Spans that grow by uneven steps, some rows empty, some blocks of rows with nothing at all.
   std::vector<int> begin(m), end(m), cbegin(m), cend(m);
   for (int i = 0; i < m; ++i) {
-    begin[i] = std::min(k, i * 2 + (i > 12 ? 9 : 0));
-    end[i] = std::max(begin[i], std::min(k, i < 6 ? 0 : 5 + i * 2 + (i > 12 ? 12 : 0)));
+    begin[i] = i < 6 ? 0 : std::min(k, i * 2 + (i > 12 ? 9 : 0));
+    end[i] = i < 6 ? 0 : std::max(begin[i], std::min(k, 5 + i * 2 + (i > 12 ? 12 : 0)));
     cbegin[i] = std::min(n, i * n / m + (i >= 10 ? 2 : 0));
     cend[i] = std::max(cbegin[i], std::min(n, i < 6 ? cbegin[i] : cbegin[i] + W + 3));
   }
@@ -553,10 +555,15 @@ void check_micro_kernel_spans() {
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = T(std::sin(0.37 * double(i)));
   for (std::size_t i = 0; i < b.size(); ++i) b[i] = T(std::cos(0.53 * double(i)));
   for (int i = 0; i < m; ++i) scale[i] = T(0.5 + 0.01 * i);
-  std::vector<T> a_banded = a;
-  for (int i = 0; i < m; ++i)
-    for (int p = 0; p < k; ++p)
-      if (p < begin[i] || p >= end[i]) a_banded[std::size_t(i) * k + p] = 0;
+  std::vector<T> a_banded = a, a_poisoned(a.size());
+  for (int i = 0; i < m; ++i) {
+    const int i0 = i / MR * MR, last = std::min(m, i0 + MR) - 1;
+    for (int p = 0; p < k; ++p) {
+      const std::size_t at = std::size_t(i) * k + p;
+      if (p < begin[i] || p >= end[i]) a_banded[at] = 0;
+      a_poisoned[at] = p < begin[i0] || p >= end[last] ? std::numeric_limits<T>::quiet_NaN() : a_banded[at];
+    }
+  }
   const simd::RowSpans a_spans{begin.data(), end.data()}, c_spans{cbegin.data(), cend.data()};
   const auto product = [&](const std::vector<T>& lhs, bool accumulate, const simd::Extras<T>& x, T fill) {
     std::vector<T> c(std::size_t(m) * n);
@@ -564,8 +571,8 @@ void check_micro_kernel_spans() {
     simd::gemm(Shape{}, m, n, k, T(0.75), lhs.data(), k, 1, b.data(), n, c.data(), n, accumulate, x);
     return c;
   };
-  CHECK(product(a_banded, false, {.a_nonzero = a_spans}, 0) == product(a_banded, false, {}, 0));
-  CHECK(product(a_banded, true, {.row_scale = scale.data(), .a_nonzero = a_spans}, 0) ==
+  CHECK(product(a_poisoned, false, {.a_nonzero = a_spans}, 0) == product(a_banded, false, {}, 0));
+  CHECK(product(a_poisoned, true, {.row_scale = scale.data(), .a_nonzero = a_spans}, 0) ==
         product(a_banded, true, {.row_scale = scale.data()}, 0));
 
   const T sentinel = T(-12345.5);

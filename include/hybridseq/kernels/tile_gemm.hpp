@@ -91,10 +91,13 @@ struct Extras {
   const T* row_scale = nullptr;  ///< when accumulating, C's row i is multiplied by row_scale[i] first
   const T* col_bias = nullptr;   ///< added to every row of C, last
   /// A's row i is zero outside [begin[i], end[i]): a block of rows sums only the depth its rows'
-  /// ranges cover. Leaving out terms that are 0 · b changes no bit of a sum that starts from +0.
+  /// ranges cover (a block cut to no depth still scales its rows). Leaving out terms 0 · b, b
+  /// finite, changes no bit of a sum that starts from +0; with an infinite or NaN b the cut
+  /// product has no NaN where the uncut one would.
   RowSpans a_nonzero{};
   /// Only [begin[i], end[i]) of C's row i is wanted: a block of rows computes the vectors that
-  /// cover its rows' ranges and leaves the rest of its rows of C as they were.
+  /// cover its rows' ranges and leaves the rest of its rows of C as they were (not scaled, no
+  /// bias added).
   RowSpans c_wanted{};
 };
 

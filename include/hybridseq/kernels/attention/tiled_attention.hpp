@@ -557,16 +557,23 @@ struct Backward {
           else
             for (int i = 0; i < tile_q; ++i) sj[i] = exp_in_loop(sj[i] - lse[i]);
         }
+        // dPᵀ
         simd::gemm(shape, cols, tile_q, dh, T(1), v, a.v.time_stride, 1, do_t, tile_q, dp, tile_q, false,
-                   {.c_wanted = by_key});  // dPᵀ
-        const T* p_used = s;               // the probabilities V saw: P, or P ⊙ M under dropout
+                   {.c_wanted = by_key});
+        const T* p_used = s;  // the probabilities V saw: P, or P ⊙ M under dropout
+        // Under dropout the mask is drawn for the shown entries only: P is 0 on the others.
         if (dropped) {
-          for (int j = 0; j < cols; ++j)
-            for (std::int64_t i = 0; i < rows; ++i) {
+          for (int j = 0; j < cols; ++j) {
+            const int lo = edge ? spans.query_begin[j] : 0, hi = edge ? spans.query_end[j] : int(rows);
+            T* dj = dropped + j * tile_q;
+            std::fill(dj, dj + lo, T(0));
+            for (int i = lo; i < hi; ++i) {
               const T f = a.dropout_factor(b, h, i0 + i, k0 + j);
-              dropped[j * tile_q + i] = s[j * tile_q + i] * f;
+              dj[i] = s[j * tile_q + i] * f;
               dp[j * tile_q + i] *= f;
             }
+            std::fill(dj + hi, dj + rows, T(0));
+          }
           p_used = dropped;
         }
         for (int j = 0; j < cols; ++j) {  // dSᵀ
