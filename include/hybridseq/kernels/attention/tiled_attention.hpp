@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../../core/dropout.hpp"
@@ -547,6 +548,10 @@ struct Backward {
         if (edge) spans.find(band, p_first, rows, k0, cols, n);
         const simd::RowSpans by_key = edge ? spans.queries() : simd::RowSpans{};
         const simd::RowSpans by_query = edge ? spans.keys() : simd::RowSpans{};
+        // The query rows that see key j: its span on an edge, all of the tile's rows inside.
+        const auto rows_seeing = [&](int j) {
+          return edge ? std::pair{spans.query_begin[j], spans.query_end[j]} : std::pair{0, int(rows)};
+        };
         simd::gemm(shape, cols, tile_q, dh, T(1), k, a.k.time_stride, 1, q_t, tile_q, s, tile_q, false,
                    {.c_wanted = by_key});  // Sᵀ
         if (scores) std::copy(s, s + cols * tile_q, scores);
@@ -564,7 +569,7 @@ struct Backward {
         // Under dropout the mask is drawn for the shown entries only: P is 0 on the others.
         if (dropped) {
           for (int j = 0; j < cols; ++j) {
-            const int lo = edge ? spans.query_begin[j] : 0, hi = edge ? spans.query_end[j] : int(rows);
+            const auto [lo, hi] = rows_seeing(j);
             T* dj = dropped + j * tile_q;
             std::fill(dj, dj + lo, T(0));
             for (int i = lo; i < hi; ++i) {
@@ -585,9 +590,10 @@ struct Backward {
             for (int i = 0; i < tile_q; ++i) dj[i] = pj[i] * (dj[i] - delta[i]);
         }
         if (scores)  // over the shown entries: dS is 0 on the others, whose scores were not computed
-          for (int j = 0; j < cols; ++j)
-            for (std::int64_t i = edge ? spans.query_begin[j] : 0; i < (edge ? spans.query_end[j] : rows); ++i)
-              dalpha += double(dp[j * tile_q + i]) * double(scores[j * tile_q + i]);
+          for (int j = 0; j < cols; ++j) {
+            const auto [lo, hi] = rows_seeing(j);
+            for (int i = lo; i < hi; ++i) dalpha += double(dp[j * tile_q + i]) * double(scores[j * tile_q + i]);
+          }
         // dV += Pᵀ dO, dK += α dSᵀ Q (both rows of Sᵀ), dQ += dS K (Sᵀ read transposed; α at the end)
         simd::gemm(shape, cols, dh, int(rows), T(1), p_used, tile_q, 1, g.d_o.row(b, i0, h), g.d_o.time_stride,
                    sums.dv + k0 * sums.dv_stride, sums.dv_stride, true, {.a_nonzero = by_key});
