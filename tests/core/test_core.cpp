@@ -479,6 +479,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("gemm facade: float products on the micro-kernel or on
     }
   // The gate sends the step's shapes to the micro-kernel and the shapes it loses to BLAS.
   CHECK(kernels::detail::micro_kernel_wins(Op::none, Op::transpose, 2048, 384, 128));
+  CHECK(kernels::detail::micro_kernel_wins(Op::none, Op::transpose, 4096, 768, 256));  // Bᵀ of 2¹⁸ × 0.75 floats
   CHECK(kernels::detail::micro_kernel_wins(Op::none, Op::none, 2048, 128, 512));
   CHECK(kernels::detail::micro_kernel_wins(Op::transpose, Op::none, 512, 128, 2048));
   CHECK_FALSE(kernels::detail::micro_kernel_wins(Op::transpose, Op::none, 768, 3072, 2048));

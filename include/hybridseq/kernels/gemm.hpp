@@ -153,7 +153,7 @@ namespace detail {
 inline bool micro_kernel_wins(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k) {
   if (op_a == Op::transpose && op_b == Op::transpose) return false;
   if (op_a == Op::transpose) return k <= 2048 && m * k <= (std::int64_t(1) << 20);  // weight gradients
-  if (op_b == Op::transpose) return k <= 512 && m >= 1024 && n * k <= (std::int64_t(1) << 17);
+  if (op_b == Op::transpose) return k <= 512 && m >= 1024 && n * k <= (std::int64_t(1) << 18);
   return k <= 512;
 }
 
@@ -188,7 +188,7 @@ inline constexpr std::int64_t epilogue_block_floats = std::int64_t(1) << 15;
 /// block of C's rows as it is made; C must then be contiguous (ldc = n), and `first` is the
 /// flat index in `then`'s terms of C's first element. Each element of C sums its whole depth in
 /// order, in registers, whatever the blocks. For NT, Bᵀ is copied first to scratch of this
-/// thread's own, kept between calls (at most 2¹⁷ floats: outside the workspace arena, allocated
+/// thread's own, kept between calls (at most 2¹⁸ floats: outside the workspace arena, allocated
 /// by the first such product on each thread).
 template <class T, class Then = NoThen>
 void micro_kernel_gemm(int width, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
