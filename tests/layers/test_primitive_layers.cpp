@@ -46,7 +46,7 @@ TEST_CASE("float GELU: the branch-free normal CDF and GELU' match libm in double
   // x < 0: relative error in ulps of Φ, down to Φ ~ 1e-38 where floats go subnormal; it
   // grows like x² (the float rounding of x²/2 inside the exponent), so the bound is 8 + 2x²
   // ulp (measured: 17 at x = −2.9, 57 at −5.8, 279 at −12.6). x ≥ 0: Φ ∈ [½, 1], absolute.
-  double tail_excess = -1e30, tail_ulps = 0, body_abs = 0, gelu_abs = 0, grad_abs = 0;
+  double tail_excess = -1e30, tail_ulps = 0, body_abs = 0, gelu_abs = 0, grad_abs = 0, grad_given_abs = 0;
   for (double x = -13.0; x <= 13.0; x += 1.0 / 4096) {
     const float xf = static_cast<float>(x);
     const double want = phi(double(xf)), got = kernels::normal_cdf_polynomial(xf);
@@ -59,12 +59,23 @@ TEST_CASE("float GELU: the branch-free normal CDF and GELU' match libm in double
     gelu_abs = std::max(gelu_abs, std::abs(double(Gelu::value(xf)) - Gelu::value(double(xf))) /
                                       std::max(1.0, std::abs(Gelu::value(double(xf)))));
     grad_abs = std::max(grad_abs, std::abs(double(Gelu::derivative(xf)) - Gelu::derivative(double(xf))));
+    // GELU' from x and the float GELU(x) a layer kept (Φ = GELU(x) / x).
+    grad_given_abs = std::max(grad_given_abs,
+                              std::abs(double(Gelu::derivative(xf, Gelu::value(xf))) - Gelu::derivative(double(xf))));
   }
-  INFO("tail " << tail_ulps << " ulp, body " << body_abs << ", gelu " << gelu_abs << ", gelu' " << grad_abs);
+  INFO("tail " << tail_ulps << " ulp, body " << body_abs << ", gelu " << gelu_abs << ", gelu' " << grad_abs
+               << ", gelu' given gelu " << grad_given_abs);
   CHECK(tail_excess <= 0);
   CHECK(body_abs <= 2.5e-7);
   CHECK(gelu_abs <= 2.5e-7);
   CHECK(grad_abs <= 1e-6);
+  CHECK(grad_given_abs <= 1e-6);
+  // Near 0, where GELU(x) / x cannot give Φ: ½ + x·φ(0) to float precision, 0 at 0 itself.
+  for (const float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 0x1p-61f, 1e-12f, -1e-12f, 1e-7f})
+    CHECK(double(Gelu::derivative(x, Gelu::value(x))) == Approx(Gelu::derivative(double(x))).margin(2e-7));
+  CHECK(Gelu::derivative(-30.0f, Gelu::value(-30.0f)) == 0.0f);
+  CHECK(Gelu::derivative(30.0f, Gelu::value(30.0f)) == 1.0f);
+  CHECK(std::isnan(Gelu::derivative(std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::quiet_NaN())));
   testing::report("normal_cdf_tail_max_ulp", "gelu", "host", tail_ulps);
   testing::report("normal_cdf_body_max_abs", "gelu", "host", body_abs);
   CHECK(kernels::normal_cdf_polynomial(0.0f) == Approx(0.5).epsilon(1e-7));

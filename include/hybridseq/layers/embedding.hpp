@@ -31,16 +31,24 @@ struct EmbeddingGather {
     for (std::int64_t j = 0; j < std::int64_t(table.extent(1)); ++j) y(b, t, j) = table(id, j);
   }
 };
-// One thread per embedding column, tokens in order: repeated ids accumulate without atomics
-// and in a fixed order, so gradients are bit-identical at any thread count.
+// One thread per block of embedding columns, tokens in order: repeated ids accumulate without
+// atomics and in a fixed order, so gradients are bit-identical at any thread count and block
+// width. A host thread takes a cache line of columns (each token then adds a contiguous run
+// of dy's row, not one float per 512-byte row); a device thread takes one column.
 template <class T, class Space>
 struct EmbeddingScatter {
+  static constexpr std::int64_t columns = core::host_space<Space> ? 64 / std::int64_t(sizeof(T)) : 1;
   TokenIds<Space> ids;
   Tensor<const T***, Space> dy;
   Tensor<T**, Space> dtable;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t j) const {
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t block) const {
+    const std::int64_t d = std::int64_t(dtable.extent(1)), j0 = block * columns;
+    const std::int64_t j1 = j0 + columns < d ? j0 + columns : d;
     for (std::int64_t b = 0; b < std::int64_t(ids.extent(0)); ++b)
-      for (std::int64_t t = 0; t < std::int64_t(ids.extent(1)); ++t) dtable(ids(b, t), j) += dy(b, t, j);
+      for (std::int64_t t = 0; t < std::int64_t(ids.extent(1)); ++t) {
+        const std::int32_t id = ids(b, t);
+        for (std::int64_t j = j0; j < j1; ++j) dtable(id, j) += dy(b, t, j);
+      }
   }
 };
 }  // namespace detail
@@ -108,8 +116,10 @@ class Embedding {
   void backward(core::Workspace<Space>&, const Saved& saved, Tensor<const T***, Space> dy) {
     core::check_shape("hybridseq::layers::Embedding::backward", "dy", dy, core::dim(saved.ids.extent(0)),
                       core::dim(saved.ids.extent(1)), core::dim(S.dim));
-    Kokkos::parallel_for("hybridseq::layers::Embedding::backward", Kokkos::RangePolicy<Space>(0, S.dim),
-                         detail::EmbeddingScatter<T, Space>{saved.ids, dy, weight_.template shaped_grad<T**>()});
+    using Scatter = detail::EmbeddingScatter<T, Space>;
+    Kokkos::parallel_for("hybridseq::layers::Embedding::backward",
+                         Kokkos::RangePolicy<Space>(0, (S.dim + Scatter::columns - 1) / Scatter::columns),
+                         Scatter{saved.ids, dy, weight_.template shaped_grad<T**>()});
   }
 
   /// Arena use: none (the gathered rows are the caller's y).

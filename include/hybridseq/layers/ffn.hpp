@@ -90,8 +90,8 @@ class MlpFfn {
     auto da = ws.template allocate<T***>("ffn.da", dx.extent(0), dx.extent(1), S.f);
     auto dh = ws.template allocate<T***>("ffn.dh", dx.extent(0), dx.extent(1), S.f);
     fc2_.backward(ws, s.fc2, dy, da, Write::assign,
-                  kernels::activation_backward_op<S.act, T, Write::assign, Space>(core::flat(s.h), core::flat(da),
-                                                                                  core::flat(dh)));
+                  kernels::activation_backward_op<S.act, T, Write::assign, Space>(core::flat(s.h), core::flat(s.a),
+                                                                                  core::flat(da), core::flat(dh)));
     fc1_.backward(ws, s.fc1, dh, dx);
   }
 
@@ -165,8 +165,9 @@ class GatedFfn {
     Kokkos::parallel_for(
         "hybridseq::layers::Ffn<gated>::gate_backward", Kokkos::RangePolicy<Space>(0, fa.extent(0)),
         KOKKOS_LAMBDA(const std::int64_t i) {
-          fg(i) = fa(i) * u(i) * F::derivative(g(i));
-          fu(i) = fa(i) * F::value(g(i));
+          const T gi = g(i), f = F::value(gi);
+          fg(i) = fa(i) * u(i) * kernels::derivative_given_value<S.act>(gi, f);
+          fu(i) = fa(i) * f;
         });
     gate_.backward(ws, s.gate_in, dg, dx);
     up_.backward(ws, s.up_in, du, dx);

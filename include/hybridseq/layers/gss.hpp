@@ -53,24 +53,25 @@ struct GssGate {
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { out(i) = g(i) * GssGelu::value(hu(i)); }
 };
 
-// From d(gu) (overwritten with dg): dg = d(gu) ⊙ GELU(hu), dhu = d(gu) ⊙ g ⊙ GELU′(hu).
+// From d(gu) (overwritten with dg): dg = d(gu) ⊙ GELU(hu), dhu = d(gu) ⊙ g ⊙ GELU′(hu), GELU′
+// from hu and the GELU(hu) just made (cheaper than from hu alone).
 template <class T, class Space>
 struct GssGateBackward {
   Tensor<const T*, Space> g, hu;
   Tensor<T*, Space> dgu_to_dg, dhu;
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const {
-    const T d = dgu_to_dg(i);
-    dhu(i) = d * g(i) * GssGelu::derivative(hu(i));
-    dgu_to_dg(i) = d * GssGelu::value(hu(i));
+    const T d = dgu_to_dg(i), x = hu(i), u = GssGelu::value(x);
+    dhu(i) = d * g(i) * GssGelu::derivative(x, u);
+    dgu_to_dg(i) = d * u;
   }
 };
 
-// dv ← dv ⊙ GELU′(hv), in place.
+// dv ← dv ⊙ GELU′(hv), in place, from hv and the v = GELU(hv) forward kept.
 template <class T, class Space>
 struct GssGeluBackwardInPlace {
-  Tensor<const T*, Space> hv;
+  Tensor<const T*, Space> hv, v;
   Tensor<T*, Space> dv;
-  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { dv(i) *= GssGelu::derivative(hv(i)); }
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t i) const { dv(i) *= GssGelu::derivative(hv(i), v(i)); }
 };
 
 }  // namespace detail
@@ -237,8 +238,9 @@ class Gss {
     }
     auto dv = ws.template allocate_zeroed<T***>("gss.dv", b, t, H);
     norm_.backward(ws, s.norm, dut, dv);
-    kernels::elementwise<T>("hybridseq::layers::Gss::gelu_backward", exec, dv.size(), detail::gelu_work,
-                            detail::GssGeluBackwardInPlace<T, Space>{core::flat(s.hv), core::flat(dv)});
+    kernels::elementwise<T>(
+        "hybridseq::layers::Gss::gelu_backward", exec, dv.size(), detail::gelu_work,
+        detail::GssGeluBackwardInPlace<T, Space>{core::flat(s.hv), core::flat(s.v), core::flat(dv)});
     to_v_.backward(ws, s.to_v, dv, dx);
     to_u_.backward(ws, s.to_u, dhu, dx);
   }
