@@ -70,8 +70,10 @@ TEST_CASE("float GELU: the branch-free normal CDF and GELU' match libm in double
   CHECK(gelu_abs <= 2.5e-7);
   CHECK(grad_abs <= 1e-6);
   CHECK(grad_given_abs <= 1e-6);
-  // Near 0, where GELU(x) / x cannot give Φ: ½ + x·φ(0) to float precision, 0 at 0 itself.
-  for (const float x : {0.0f, -0.0f, 1e-30f, -1e-30f, 0x1p-61f, 1e-12f, -1e-12f, 1e-7f})
+  // Near 0: ½ + x·φ(0) to float precision. At ±0 GELU(x) / x is 0 / 0, and for subnormal x
+  // GELU(x) = x·½ rounds (at the smallest, to 0): only the guard below 2⁻⁶⁰ gives ½ there.
+  for (const float x : {0.0f, -0.0f, std::numeric_limits<float>::denorm_min(), -1e-40f, 1e-30f, -1e-30f, 0x1p-61f,
+                        1e-12f, -1e-12f, 1e-7f})
     CHECK(double(Gelu::derivative(x, Gelu::value(x))) == Approx(Gelu::derivative(double(x))).margin(2e-7));
   CHECK(Gelu::derivative(-30.0f, Gelu::value(-30.0f)) == 0.0f);
   CHECK(Gelu::derivative(30.0f, Gelu::value(30.0f)) == 1.0f);

@@ -36,23 +36,27 @@ void weighted_sum(const std::array<Tensor<T***, Space>, N>& h, const Tensor<cons
       });
 }
 
-/// sum() = Σ a ⊙ b in double, left where the space keeps it (no read back to the host). Each
-/// row of D sums in kernels::lane_sum's interleaved partials, which vectorise (one running
-/// double sum would be a chain of dependent adds), then the rows add up.
+/// sum() = Σ a ⊙ b in double, left where the space keeps it (no read back to the host). On the
+/// host each row of D sums in kernels::lane_sum's interleaved partials, which vectorise (one
+/// running double sum would be a chain of dependent adds), then the rows add up; a device
+/// thread takes one element, so that neighbouring threads read neighbouring addresses.
 template <class T, class Space>
 void dot(const Tensor<T***, Space>& a, const Tensor<const T***, Space>& b, const Kokkos::View<double, Space>& sum) {
   const auto fa = core::flat(a);
   const auto fb = core::flat(b);
-  const std::int64_t d = a.extent(2), rows = std::int64_t(a.extent(0) * a.extent(1));
-  const auto f = KOKKOS_LAMBDA(std::int64_t r, double& acc) {
-    acc += kernels::lane_sum<double>(d, [&](std::int64_t j) { return double(fa(r * d + j)) * double(fb(r * d + j)); });
-  };
   if constexpr (core::host_space<Space>) {
+    const std::int64_t d = a.extent(2), rows = std::int64_t(a.extent(0) * a.extent(1));
+    const auto row_sum = [=](std::int64_t r, double& acc) {
+      acc +=
+          kernels::lane_sum<double>(d, [&](std::int64_t j) { return double(fa(r * d + j)) * double(fb(r * d + j)); });
+    };
     double s = 0;
-    core::parallel_sum("hybridseq::compose::mix_grad", Space{}, rows, d, f, s);
+    core::parallel_sum("hybridseq::compose::mix_grad", Space{}, rows, d, row_sum, s);
     sum() = s;
   } else {
-    Kokkos::parallel_reduce("hybridseq::compose::mix_grad", Kokkos::RangePolicy<Space>(Space{}, 0, rows), f, sum);
+    Kokkos::parallel_reduce(
+        "hybridseq::compose::mix_grad", Kokkos::RangePolicy<Space>(Space{}, 0, fa.extent(0)),
+        KOKKOS_LAMBDA(std::int64_t i, double& acc) { acc += double(fa(i)) * double(fb(i)); }, sum);
   }
 }
 
