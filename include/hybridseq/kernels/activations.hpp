@@ -70,8 +70,7 @@ struct ActivationFn<Activation::gelu> {
   KOKKOS_FORCEINLINE_FUNCTION static T derivative(T x, T y) {
     if constexpr (std::is_same_v<T, float>) {
       const std::uint32_t near_zero = 0u - std::uint32_t((detail::float_bits(x) & 0x7fffffffu) < 0x21800000u);
-      const float cdf_x = detail::bits_float((detail::float_bits(0.5f) & near_zero) |
-                                             (detail::float_bits(y / x) & ~near_zero));  // 0x21800000: 2⁻⁶⁰
+      const float cdf_x = detail::select_bits(near_zero, 0.5f, y / x);  // 0x21800000: 2⁻⁶⁰
       return cdf_x + x * pdf(x);
     } else {
       (void)y;

@@ -44,6 +44,12 @@ KOKKOS_FORCEINLINE_FUNCTION float times_pow2(float p, float t) {
   const std::uint32_t keep = static_cast<std::int32_t>(tb) > k_min ? ~0u : 0u;
   return bits_float(scaled & keep);
 }
+
+/// `if_set` where `mask` is all ones, `if_clear` where it is 0: a select on the bits, which the
+/// vectoriser if-converts (a float compare's select it would not, see above).
+KOKKOS_FORCEINLINE_FUNCTION float select_bits(std::uint32_t mask, float if_set, float if_clear) {
+  return bits_float((float_bits(if_set) & mask) | (float_bits(if_clear) & ~mask));
+}
 }  // namespace detail
 
 /// 2^z for float z, branch-free: z = k + f with k = round(z), f ∈ [−½, ½]; 2^f by a degree-5
@@ -119,8 +125,7 @@ KOKKOS_FORCEINLINE_FUNCTION float normal_cdf_polynomial(float x) {
   p = p * t - 1.26551223f;
   const float half_erfc = 0.5f * t * exp_cody_waite(p - z * z);
   const std::uint32_t negative = 0u - (detail::float_bits(x) >> 31);  // all ones when x < 0
-  return detail::bits_float((detail::float_bits(half_erfc) & negative) |
-                            (detail::float_bits(1.0f - half_erfc) & ~negative));
+  return detail::select_bits(negative, half_erfc, 1.0f - half_erfc);
 }
 
 /// σ(v) = 1 / (1 + e^−v) for float v, branch-free: (v ≥ 0 ? 1 : e) / (1 + e) with e = e^−|v|,
@@ -129,7 +134,7 @@ KOKKOS_FORCEINLINE_FUNCTION float sigmoid_polynomial(float v) {
   const std::uint32_t vb = detail::float_bits(v);
   const float e = exp_cody_waite(detail::bits_float(vb | 0x80000000u));  // e^−|v|
   const std::uint32_t negative = static_cast<std::uint32_t>(static_cast<std::int32_t>(vb) >> 31);
-  const float num = detail::bits_float((detail::float_bits(1.0f) & ~negative) | (detail::float_bits(e) & negative));
+  const float num = detail::select_bits(negative, e, 1.0f);
   return num / (1.0f + e);
 }
 
@@ -148,7 +153,7 @@ KOKKOS_FORCEINLINE_FUNCTION void softplus_and_sigmoid_polynomial(float v, float&
   const float e = exp_cody_waite(-a);
   sp = 0.5f * (v + a) + log1p_polynomial(e);
   const std::uint32_t negative = static_cast<std::uint32_t>(static_cast<std::int32_t>(vb) >> 31);
-  const float num = detail::bits_float((detail::float_bits(1.0f) & ~negative) | (detail::float_bits(e) & negative));
+  const float num = detail::select_bits(negative, e, 1.0f);
   sig = num / (1.0f + e);
 }
 
