@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "isa.hpp"
 
@@ -201,6 +202,61 @@ HYBRIDSEQ_HOST_FORCEINLINE void gemm_body(int m, int n, int k, typename S::Scala
                        b + p0 * ldb + c0, ldb, c + i0 * ldc + c0, ldc, accumulate,
                        x.row_scale ? x.row_scale + i0 : nullptr, x.col_bias ? x.col_bias + c0 : nullptr);
     }
+  }
+}
+
+namespace detail {
+/// Lane l of one half of a transpose round that pairs runs of `s` lanes: the low half (`high`
+/// false) takes run 2r of a, then run 2r of b, …; the high half runs 2r + 1. Lanes of b are
+/// numbered from W, as __builtin_shufflevector numbers them.
+template <int W, int s, bool high>
+constexpr int interleaved_lane(int l) {
+  const int group = l / (2 * s) * (2 * s), within = l % (2 * s), from = high ? s : 0;
+  return within < s ? group + from + within : W + group + from + within - s;
+}
+template <int W, int s, bool high, class V, std::size_t... l>
+HYBRIDSEQ_HOST_FORCEINLINE void interleave(V& out, const V& a, const V& b, std::index_sequence<l...>) {
+  out = __builtin_shufflevector(a, b, interleaved_lane<W, s, high>(int(l))...);
+}
+/// One round of the transpose: rows i and i + s of every group of 2s rows exchange runs of s lanes.
+template <int W, int s, class V>
+HYBRIDSEQ_HOST_FORCEINLINE void transpose_round(V* r) {
+  V t[W];
+  HYBRIDSEQ_UNROLL
+  for (int g = 0; g < W; g += 2 * s) {
+    HYBRIDSEQ_UNROLL
+    for (int j = 0; j < s; ++j) {
+      interleave<W, s, false>(t[g + j], r[g + j], r[g + j + s], std::make_index_sequence<W>{});
+      interleave<W, s, true>(t[g + j + s], r[g + j], r[g + j + s], std::make_index_sequence<W>{});
+    }
+  }
+  HYBRIDSEQ_UNROLL
+  for (int i = 0; i < W; ++i) r[i] = t[i];
+}
+}  // namespace detail
+
+/// out[d · ldo + i] = scale · x[i · ldx + d] for i, d < W (S::lanes): a W × W block transposed
+/// in registers, in log₂ W rounds of two-vector shuffles, its rows read and written as whole
+/// vectors. Copying element by element instead writes one float at a time, or, looping down
+/// the rows, reads W rows a power-of-two stride apart through a few L1 sets at once.
+template <class S>
+HYBRIDSEQ_HOST_FORCEINLINE void transpose_block(const typename S::Scalar* x, std::int64_t ldx, typename S::Scalar scale,
+                                                typename S::Scalar* out, std::int64_t ldo) {
+  using V = typename S::V;
+  constexpr int W = S::lanes;
+  if constexpr (W == 1) {
+    out[0] = scale * x[0];
+  } else {
+    static_assert(W == 8 || W == 16, "transpose_block: 8 or 16 lanes");
+    V r[W];
+    HYBRIDSEQ_UNROLL
+    for (int i = 0; i < W; ++i) load(r[i], x + i * ldx);
+    detail::transpose_round<W, 1>(r);
+    detail::transpose_round<W, 2>(r);
+    detail::transpose_round<W, 4>(r);
+    if constexpr (W == 16) detail::transpose_round<W, 8>(r);
+    HYBRIDSEQ_UNROLL
+    for (int d = 0; d < W; ++d) store(out + d * ldo, V(r[d] * scale));
   }
 }
 

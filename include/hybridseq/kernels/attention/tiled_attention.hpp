@@ -208,12 +208,21 @@ void with_shape(Isa isa, const F& f, const Member& team) {
 
 /// x̂ᵀ = scale · xᵀ of a query tile's rows (Q or dO), packed Dh × tile_q with lanes past the
 /// tile's rows zero: the vector operand of Sᵀ = K · α Qᵀ and dPᵀ = V · dOᵀ, packed once per
-/// query tile and reused by every key tile.
-template <class T>
+/// query tile and reused by every key tile. Whole blocks of the shape's vector width go through
+/// simd::transpose_block (the head dim is a multiple of it for the vector shapes), the rows past
+/// the last whole block one element at a time.
+template <class S, class T>
 HYBRIDSEQ_HOST_FORCEINLINE void pack_transposed(const HeadRows<const T>& x, std::int64_t b, std::int64_t i0, int h,
                                                 std::int64_t rows, int dh, T scale, T* out) {
+  constexpr int W = S::lanes;
   if (rows < tile_q) std::fill(out, out + std::int64_t(dh) * tile_q, T(0));
-  for (std::int64_t i = 0; i < rows; ++i) {
+  const std::int64_t whole = rows / W * W;
+  for (std::int64_t i = 0; i < whole; i += W) {
+    const T* xr = x.row(b, i0 + i, h);
+    for (int d = 0; d < dh; d += W)
+      simd::transpose_block<S>(xr + d, x.time_stride, scale, out + d * tile_q + i, tile_q);
+  }
+  for (std::int64_t i = whole; i < rows; ++i) {
     const T* xr = x.row(b, i0 + i, h);
     for (int d = 0; d < dh; ++d) out[d * tile_q + i] = scale * xr[d];
   }
@@ -332,7 +341,7 @@ struct Forward {
     T* m = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q));
     T* l = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q));
     T* corr = static_cast<T*>(team.team_shmem().get_shmem(sizeof(T) * tile_q));
-    pack_transposed(a.q, b, i0, h, rows, dh, a.alpha[h], q_t);
+    pack_transposed<S>(a.q, b, i0, h, rows, dh, a.alpha[h], q_t);
     std::fill(m, m + tile_q, std::numeric_limits<T>::lowest());
     std::fill(l, l + tile_q, T(0));
     std::fill(acc, acc + rows * dh, T(0));
@@ -528,8 +537,8 @@ struct Backward {
       const T alpha = a.alpha[h];
       const Rows sums = rows_of_block(block);
 
-      pack_transposed(a.q, b, i0, h, rows, dh, alpha, q_t);
-      pack_transposed(g.d_o, b, i0, h, rows, dh, T(1), do_t);
+      pack_transposed<S>(a.q, b, i0, h, rows, dh, alpha, q_t);
+      pack_transposed<S>(g.d_o, b, i0, h, rows, dh, T(1), do_t);
       const std::int64_t stats = (b * a.heads + h) * a.tq + i0;
       for (int i = 0; i < tile_q; ++i)
         lse[i] = i < rows ? a.lse[stats + i] : T(0), delta[i] = i < rows ? g.delta[stats + i] : T(0);
