@@ -26,6 +26,10 @@
 ///
 /// The vector shapes need n to be a multiple of the vector width (callers check: the attention
 /// kernel the head dim, the GEMM facade n).
+///
+/// `transpose_block`, before the per-shape entry points, packs the attention's query tiles into
+/// the vector operand (B) the kernel reads.
+///
 /// Every sum runs in a fixed order, so results are bit-identical from run to run (and differ
 /// between ISAs only by rounding).
 
@@ -238,7 +242,8 @@ HYBRIDSEQ_HOST_FORCEINLINE void transpose_round(V* r) {
 /// out[d · ldo + i] = scale · x[i · ldx + d] for i, d < W (S::lanes): a W × W block transposed
 /// in registers, in log₂ W rounds of two-vector shuffles, its rows read and written as whole
 /// vectors. Copying element by element instead writes one float at a time, or, looping down
-/// the rows, reads W rows a power-of-two stride apart through a few L1 sets at once.
+/// the rows, reads many rows a stride with a large power-of-two factor apart, which share a
+/// few L1 sets and evict each other.
 template <class S>
 HYBRIDSEQ_HOST_FORCEINLINE void transpose_block(const typename S::Scalar* x, std::int64_t ldx, typename S::Scalar scale,
                                                 typename S::Scalar* out, std::int64_t ldo) {
@@ -248,6 +253,7 @@ HYBRIDSEQ_HOST_FORCEINLINE void transpose_block(const typename S::Scalar* x, std
     out[0] = scale * x[0];
   } else {
     static_assert(W == 8 || W == 16, "transpose_block: 8 or 16 lanes");
+    static_assert(sizeof(V) == W * sizeof(typename S::Scalar), "transpose_block: V holds W scalars");
     V r[W];
     HYBRIDSEQ_UNROLL
     for (int i = 0; i < W; ++i) load(r[i], x + i * ldx);

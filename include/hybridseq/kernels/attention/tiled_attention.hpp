@@ -209,8 +209,9 @@ void with_shape(Isa isa, const F& f, const Member& team) {
 /// x̂ᵀ = scale · xᵀ of a query tile's rows (Q or dO), packed Dh × tile_q with lanes past the
 /// tile's rows zero: the vector operand of Sᵀ = K · α Qᵀ and dPᵀ = V · dOᵀ, packed once per
 /// query tile and reused by every key tile. Whole blocks of the shape's vector width go through
-/// simd::transpose_block (the head dim is a multiple of it for the vector shapes), the rows past
-/// the last whole block one element at a time.
+/// simd::transpose_block (the head dim is a multiple of it: kernel_isa picks a vector shape
+/// only then), the rows past the last whole block one element at a time (a whole block would
+/// read rows past the tile, or past the tensor's end).
 template <class S, class T>
 HYBRIDSEQ_HOST_FORCEINLINE void pack_transposed(const HeadRows<const T>& x, std::int64_t b, std::int64_t i0, int h,
                                                 std::int64_t rows, int dh, T scale, T* out) {
