@@ -209,6 +209,10 @@ HYBRIDSEQ_HOST_FORCEINLINE void gemm_body(int m, int n, int k, typename S::Scala
   }
 }
 
+// The transpose's rounds, for the vector shapes only: nvcc's front end, which never sees them
+// (HYBRIDSEQ_ISA_DISPATCH is 0 there), cannot pass a pack expansion inside
+// __builtin_shufflevector on to the host compiler.
+#if HYBRIDSEQ_ISA_DISPATCH
 namespace detail {
 /// Lane l of one half of a transpose round that pairs runs of `s` lanes: the low half (`high`
 /// false) takes run 2r of a, then run 2r of b, …; the high half runs 2r + 1. Lanes of b are
@@ -238,6 +242,7 @@ HYBRIDSEQ_HOST_FORCEINLINE void transpose_round(V* r) {
   for (int i = 0; i < W; ++i) r[i] = t[i];
 }
 }  // namespace detail
+#endif
 
 /// out[d · ldo + i] = scale · x[i · ldx + d] for i, d < W (S::lanes): a W × W block transposed
 /// in registers, in log₂ W rounds of two-vector shuffles, its rows read and written as whole
@@ -247,11 +252,13 @@ HYBRIDSEQ_HOST_FORCEINLINE void transpose_round(V* r) {
 template <class S>
 HYBRIDSEQ_HOST_FORCEINLINE void transpose_block(const typename S::Scalar* x, std::int64_t ldx, typename S::Scalar scale,
                                                 typename S::Scalar* out, std::int64_t ldo) {
-  using V = typename S::V;
-  constexpr int W = S::lanes;
-  if constexpr (W == 1) {
+  if constexpr (S::lanes == 1) {
+    (void)ldx, (void)ldo;
     out[0] = scale * x[0];
   } else {
+#if HYBRIDSEQ_ISA_DISPATCH
+    using V = typename S::V;
+    constexpr int W = S::lanes;
     static_assert(W == 8 || W == 16, "transpose_block: 8 or 16 lanes");
     static_assert(sizeof(V) == W * sizeof(typename S::Scalar), "transpose_block: V holds W scalars");
     V r[W];
@@ -263,6 +270,7 @@ HYBRIDSEQ_HOST_FORCEINLINE void transpose_block(const typename S::Scalar* x, std
     if constexpr (W == 16) detail::transpose_round<W, 8>(r);
     HYBRIDSEQ_UNROLL
     for (int d = 0; d < W; ++d) store(out + d * ldo, V(r[d] * scale));
+#endif
   }
 }
 
