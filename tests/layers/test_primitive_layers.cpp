@@ -139,6 +139,71 @@ HYBRIDSEQ_SPACE_TEST_CASE("column reductions: the per-column device path equals 
   }
 }
 
+HYBRIDSEQ_SPACE_TEST_CASE("norm kernels: LayerNorm and RMSNorm rows against a double oracle", "[layers][kernels]") {
+  // Widths that are whole multiples of 16 take the host's vector loops (their sums folded in
+  // registers), 40 the scalar rows; each ISA copy of the test binary runs its own. The layer
+  // cases' width of 6 never reaches the vector loops. dx starts nonzero: backward adds to it.
+  using Space = TestType;
+  const std::int64_t rows = 37, d = GENERATE(16, 40, 48, 128);
+  INFO("d = " << d);
+  Tensor<float**, Space> x("x", rows, d), dy("dy", rows, d), y("y", rows, d), dx("dx", rows, d);
+  Tensor<float*, Space> w("w", d), b("b", d), mean("mean", rows), rstd("rstd", rows), dw("dw", d), db("db", d);
+  core::fill(Space{}, core::flat(x), core::Init::normal(1.0), 7, 1);
+  core::fill(Space{}, core::flat(dy), core::Init::normal(1.0), 7, 2);
+  core::fill(Space{}, core::flat(dx), core::Init::normal(1.0), 7, 3);
+  core::fill(Space{}, w, core::Init::uniform(0.5, 1.5), 7, 4);
+  core::fill(Space{}, b, core::Init::normal(0.2), 7, 5);
+  const auto hx = testing::to_vector(x), hdy = testing::to_vector(dy), hdx0 = testing::to_vector(dx);
+  const auto hw = testing::to_vector(w), hb = testing::to_vector(b);
+  const float eps = 1e-5f;
+  const auto close = [](double got, double want) { CHECK(got == Approx(want).epsilon(2e-5).margin(2e-5)); };
+
+  SECTION("LayerNorm") {
+    kernels::layernorm_forward<float>(Space{}, x, w, b, eps, y, mean, rstd);
+    kernels::layernorm_backward<float>(Space{}, x, w, mean, rstd, dy, dx, dw, db,
+                                       kernels::column_partials<float, Space>("pw", d),
+                                       kernels::column_partials<float, Space>("pb", d));
+    const auto hy = testing::to_vector(y), hdx = testing::to_vector(dx), hmean = testing::to_vector(mean);
+    const auto hrstd = testing::to_vector(rstd);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double mu = 0, var = 0, g = 0, gx = 0;
+      for (std::int64_t j = 0; j < d; ++j) mu += hx[r * d + j] / double(d);
+      for (std::int64_t j = 0; j < d; ++j) var += (hx[r * d + j] - mu) * (hx[r * d + j] - mu) / double(d);
+      const double s = 1 / std::sqrt(var + eps);
+      close(hmean[r], mu);
+      close(hrstd[r], s);
+      for (std::int64_t j = 0; j < d; ++j) {
+        const double xhat = (hx[r * d + j] - mu) * s;
+        close(hy[r * d + j], xhat * hw[j] + hb[j]);
+        g += hw[j] * hdy[r * d + j] / double(d);
+        gx += hw[j] * hdy[r * d + j] * xhat / double(d);
+      }
+      for (std::int64_t j = 0; j < d; ++j) {
+        const double xhat = (hx[r * d + j] - mu) * s;
+        close(hdx[r * d + j], hdx0[r * d + j] + s * (hw[j] * hdy[r * d + j] - g - xhat * gx));
+      }
+    }
+  }
+  SECTION("RMSNorm") {
+    kernels::rmsnorm_forward<float>(Space{}, x, w, eps, y, rstd);
+    kernels::rmsnorm_backward<float>(Space{}, x, w, rstd, dy, dx, dw, kernels::column_partials<float, Space>("p", d));
+    const auto hy = testing::to_vector(y), hdx = testing::to_vector(dx), hrstd = testing::to_vector(rstd);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double ss = 0, dot = 0;
+      for (std::int64_t j = 0; j < d; ++j) ss += hx[r * d + j] * hx[r * d + j] / double(d);
+      const double s = 1 / std::sqrt(ss + eps);
+      close(hrstd[r], s);
+      for (std::int64_t j = 0; j < d; ++j) {
+        close(hy[r * d + j], hx[r * d + j] * s * hw[j]);
+        dot += hw[j] * hdy[r * d + j] * hx[r * d + j];
+      }
+      for (std::int64_t j = 0; j < d; ++j)
+        close(hdx[r * d + j],
+              hdx0[r * d + j] + s * hw[j] * hdy[r * d + j] - s * s * s * dot / double(d) * hx[r * d + j]);
+    }
+  }
+}
+
 HYBRIDSEQ_SPACE_TEST_CASE("cross-entropy: the team-per-row device path equals the row-per-index host path",
                           "[layers][kernels]") {
   // lm_head_cross_entropy runs a row per index on host spaces and, on devices, a team per row

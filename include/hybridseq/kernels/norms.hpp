@@ -6,11 +6,14 @@
 /// Parameter gradients are reduced over rows by row blocks (kernels/bias.hpp): race-free and
 /// deterministic, the same gradients, bit for bit, at any thread count.
 
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "../core/spaces.hpp"
 #include "bias.hpp"
 #include "elementwise.hpp"
+#include "tile_gemm.hpp"
 
 namespace hybridseq::kernels {
 
@@ -30,6 +33,47 @@ struct RmsNormForward {
     rstd(r) = s;
     for (std::int64_t j = 0; j < d; ++j) y(r, j) = x(r, j) * s * w(j);
   }
+#if HYBRIDSEQ_ISA_DISPATCH
+  // The host's vector copies (kernels::HostVectorLoop): operator()'s arithmetic, term for term,
+  // on whole vectors, with the sum folded in registers (simd::lane_total), where the
+  // compiler's copy of lane_sum's tree goes through the stack one float at a time.
+  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r, std::int64_t end) const
+      requires std::is_same_v<T, float> {
+    rows<simd::Avx512>(r, end);
+  }
+  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r, std::int64_t end) const
+      requires std::is_same_v<T, float> {
+    rows<simd::Avx2>(r, end);
+  }
+  template <class S>
+  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const {
+    using V = typename S::V;
+    constexpr int W = S::lanes, NV = reduce_lanes / W;
+    const std::int64_t d = x.extent(1);
+    if (d % reduce_lanes != 0) {
+      for (; r < end; ++r) (*this)(r);
+      return;
+    }
+    const float* pw = w.data();
+    for (; r < end; ++r) {
+      const float* xr = &x(r, 0);
+      float* yr = &y(r, 0);
+      V sq[NV] = {}, xv, wv;
+      for (std::int64_t j = 0; j < d; j += reduce_lanes)
+        for (int v = 0; v < NV; ++v) {
+          simd::load(xv, xr + j + v * W);
+          sq[v] += xv * xv;
+        }
+      const float s = 1.0f / std::sqrt(simd::lane_total<S>(sq) / float(d) + eps);
+      rstd(r) = s;
+      for (std::int64_t j = 0; j < d; j += W) {
+        simd::load(xv, xr + j);
+        simd::load(wv, pw + j);
+        simd::store(yr + j, V(xv * s * wv));
+      }
+    }
+  }
+#endif
 };
 
 // dx = s·(w⊙dy) − s³/D · x · Σ_j (w⊙dy⊙x)
@@ -45,6 +89,51 @@ struct RmsNormBackwardInput {
     const T c = s * s * s * dot / T(d);
     for (std::int64_t j = 0; j < d; ++j) dx(r, j) += s * w(j) * dy(r, j) - c * x(r, j);
   }
+#if HYBRIDSEQ_ISA_DISPATCH
+  // The host's vector copies, as RmsNormForward's.
+  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r, std::int64_t end) const
+      requires std::is_same_v<T, float> {
+    rows<simd::Avx512>(r, end);
+  }
+  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r, std::int64_t end) const
+      requires std::is_same_v<T, float> {
+    rows<simd::Avx2>(r, end);
+  }
+  template <class S>
+  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const {
+    using V = typename S::V;
+    constexpr int W = S::lanes, NV = reduce_lanes / W;
+    const std::int64_t d = x.extent(1);
+    if (d % reduce_lanes != 0) {
+      for (; r < end; ++r) (*this)(r);
+      return;
+    }
+    const float* pw = w.data();
+    for (; r < end; ++r) {
+      const float* xr = &x(r, 0);
+      const float* dyr = &dy(r, 0);
+      float* dxr = &dx(r, 0);
+      const float s = rstd(r);
+      V acc[NV] = {}, xv, wv, dyv;
+      for (std::int64_t j = 0; j < d; j += reduce_lanes)
+        for (int v = 0; v < NV; ++v) {
+          simd::load(xv, xr + j + v * W);
+          simd::load(wv, pw + j + v * W);
+          simd::load(dyv, dyr + j + v * W);
+          acc[v] += wv * dyv * xv;
+        }
+      const float c = s * s * s * simd::lane_total<S>(acc) / float(d);
+      for (std::int64_t j = 0; j < d; j += W) {
+        V dxv;
+        simd::load(xv, xr + j);
+        simd::load(wv, pw + j);
+        simd::load(dyv, dyr + j);
+        simd::load(dxv, dxr + j);
+        simd::store(dxr + j, V(dxv + (s * wv * dyv - c * xv)));
+      }
+    }
+  }
+#endif
 };
 
 // Row block `block`'s partial of dw = Σ_r dy ⊙ x · rstd(r).
@@ -88,6 +177,56 @@ struct LayerNormForward {
     rstd(r) = s;
     for (std::int64_t j = 0; j < d; ++j) y(r, j) = (x(r, j) - mu) * s * w(j) + b(j);
   }
+#if HYBRIDSEQ_ISA_DISPATCH
+  // The host's vector copies (kernels::HostVectorLoop): operator()'s arithmetic, term for term,
+  // on whole vectors, with the sums folded in registers (simd::lane_total).
+  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r, std::int64_t end) const
+      requires std::is_same_v<T, float> {
+    rows<simd::Avx512>(r, end);
+  }
+  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r, std::int64_t end) const
+      requires std::is_same_v<T, float> {
+    rows<simd::Avx2>(r, end);
+  }
+  template <class S>
+  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const {
+    using V = typename S::V;
+    constexpr int W = S::lanes, NV = reduce_lanes / W;
+    const std::int64_t d = x.extent(1);
+    if (d % reduce_lanes != 0) {
+      for (; r < end; ++r) (*this)(r);
+      return;
+    }
+    const float* pw = w.data();
+    const float* pb = b.data();
+    for (; r < end; ++r) {
+      const float* xr = &x(r, 0);
+      float* yr = &y(r, 0);
+      V acc[NV] = {}, sq[NV] = {}, xv;
+      for (std::int64_t j = 0; j < d; j += reduce_lanes)
+        for (int v = 0; v < NV; ++v) {
+          simd::load(xv, xr + j + v * W);
+          acc[v] += xv;
+        }
+      const float mu = simd::lane_total<S>(acc) / float(d);
+      for (std::int64_t j = 0; j < d; j += reduce_lanes)
+        for (int v = 0; v < NV; ++v) {
+          simd::load(xv, xr + j + v * W);
+          sq[v] += (xv - mu) * (xv - mu);
+        }
+      const float s = 1.0f / std::sqrt(simd::lane_total<S>(sq) / float(d) + eps);
+      mean(r) = mu;
+      rstd(r) = s;
+      for (std::int64_t j = 0; j < d; j += W) {
+        V wv, bv;
+        simd::load(xv, xr + j);
+        simd::load(wv, pw + j);
+        simd::load(bv, pb + j);
+        simd::store(yr + j, V((xv - mu) * s * wv + bv));
+      }
+    }
+  }
+#endif
 };
 
 // g = w⊙dy; dx = s·(g − mean(g) − x̂·mean(g⊙x̂))
@@ -106,6 +245,60 @@ struct LayerNormBackwardInput {
       dx(r, j) += s * (w(j) * dy(r, j) - g_mean - xhat * gx_mean);
     }
   }
+#if HYBRIDSEQ_ISA_DISPATCH
+  // The host's vector copies, as LayerNormForward's.
+  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r, std::int64_t end) const
+      requires std::is_same_v<T, float> {
+    rows<simd::Avx512>(r, end);
+  }
+  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r, std::int64_t end) const
+      requires std::is_same_v<T, float> {
+    rows<simd::Avx2>(r, end);
+  }
+  template <class S>
+  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const {
+    using V = typename S::V;
+    constexpr int W = S::lanes, NV = reduce_lanes / W;
+    const std::int64_t d = x.extent(1);
+    if (d % reduce_lanes != 0) {
+      for (; r < end; ++r) (*this)(r);
+      return;
+    }
+    const float* pw = w.data();
+    for (; r < end; ++r) {
+      const float* xr = &x(r, 0);
+      const float* dyr = &dy(r, 0);
+      float* dxr = &dx(r, 0);
+      const float mu = mean(r), s = rstd(r);
+      // Two loops, as operator()'s two sums: in one, w·dy would be shared and rounded before
+      // the first sum adds it (operator() fuses it into an FMA there).
+      V g[NV] = {}, gx[NV] = {}, xv, wv, dyv;
+      for (std::int64_t j = 0; j < d; j += reduce_lanes)
+        for (int v = 0; v < NV; ++v) {
+          simd::load(wv, pw + j + v * W);
+          simd::load(dyv, dyr + j + v * W);
+          g[v] += wv * dyv;
+        }
+      for (std::int64_t j = 0; j < d; j += reduce_lanes)
+        for (int v = 0; v < NV; ++v) {
+          simd::load(xv, xr + j + v * W);
+          simd::load(wv, pw + j + v * W);
+          simd::load(dyv, dyr + j + v * W);
+          gx[v] += wv * dyv * (xv - mu) * s;
+        }
+      const float g_mean = simd::lane_total<S>(g) / float(d), gx_mean = simd::lane_total<S>(gx) / float(d);
+      for (std::int64_t j = 0; j < d; j += W) {
+        V dxv;
+        simd::load(xv, xr + j);
+        simd::load(wv, pw + j);
+        simd::load(dyv, dyr + j);
+        simd::load(dxv, dxr + j);
+        const V xhat = (xv - mu) * s;
+        simd::store(dxr + j, V(dxv + s * (wv * dyv - g_mean - xhat * gx_mean)));
+      }
+    }
+  }
+#endif
 };
 
 // Row block `block`'s partials of dw = Σ_r dy ⊙ x̂ and db = Σ_r dy.

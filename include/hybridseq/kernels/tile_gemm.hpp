@@ -274,6 +274,35 @@ HYBRIDSEQ_HOST_FORCEINLINE void transpose_block(const typename S::Scalar* x, std
   }
 }
 
+#if HYBRIDSEQ_ISA_DISPATCH
+namespace detail {
+/// Lane l < width of the result is v[l] + v[l + width] (the other lanes: don't care).
+template <int W, int width, class V, std::size_t... l>
+HYBRIDSEQ_HOST_FORCEINLINE void fold(V& v, std::index_sequence<l...>) {
+  v += __builtin_shufflevector(v, v, int((l + width) % W)...);
+}
+}  // namespace detail
+
+/// The sum of kernels::lane_reduce's 16 partials held as vectors (lane l of acc[l / W]), folded
+/// in its order: partial l += partial l + 8, then + 4, + 2, + 1. The same bits as lane_sum over
+/// the same terms, in registers, where the compiler's copy of the scalar tree goes through the
+/// stack one float at a time.
+template <class S>
+HYBRIDSEQ_HOST_FORCEINLINE float lane_total(const typename S::V (&acc)[16 / S::lanes]) {
+  constexpr int W = S::lanes;
+  static_assert(W == 8 || W == 16, "lane_total: 8 or 16 lanes");
+  typename S::V v = acc[0];
+  if constexpr (W == 8)
+    v += acc[1];
+  else
+    detail::fold<W, 8>(v, std::make_index_sequence<W>{});
+  detail::fold<W, 4>(v, std::make_index_sequence<W>{});
+  detail::fold<W, 2>(v, std::make_index_sequence<W>{});
+  detail::fold<W, 1>(v, std::make_index_sequence<W>{});
+  return v[0];
+}
+#endif
+
 /// The micro-kernel per shape: one out-of-line copy each, the vector ones compiled for their
 /// ISA. Callers pass the shape as a tag.
 template <class T>
