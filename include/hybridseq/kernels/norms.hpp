@@ -37,12 +37,12 @@ struct RmsNormForward {
   // The host's vector copies (kernels::HostVectorLoop): operator()'s arithmetic, term for term,
   // on whole vectors, with the sum folded in registers (simd::lane_total), where the
   // compiler's copy of lane_sum's tree goes through the stack one float at a time.
-  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r, std::int64_t end) const
-      requires std::is_same_v<T, float> {
+  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r,
+                                                    std::int64_t end) const requires std::is_same_v<T, float> {
     rows<simd::Avx512>(r, end);
   }
-  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r, std::int64_t end) const
-      requires std::is_same_v<T, float> {
+  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r,
+                                                std::int64_t end) const requires std::is_same_v<T, float> {
     rows<simd::Avx2>(r, end);
   }
   template <class S>
@@ -91,12 +91,12 @@ struct RmsNormBackwardInput {
   }
 #if HYBRIDSEQ_ISA_DISPATCH
   // The host's vector copies, as RmsNormForward's.
-  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r, std::int64_t end) const
-      requires std::is_same_v<T, float> {
+  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r,
+                                                    std::int64_t end) const requires std::is_same_v<T, float> {
     rows<simd::Avx512>(r, end);
   }
-  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r, std::int64_t end) const
-      requires std::is_same_v<T, float> {
+  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r,
+                                                std::int64_t end) const requires std::is_same_v<T, float> {
     rows<simd::Avx2>(r, end);
   }
   template <class S>
@@ -180,12 +180,12 @@ struct LayerNormForward {
 #if HYBRIDSEQ_ISA_DISPATCH
   // The host's vector copies (kernels::HostVectorLoop): operator()'s arithmetic, term for term,
   // on whole vectors, with the sums folded in registers (simd::lane_total).
-  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r, std::int64_t end) const
-      requires std::is_same_v<T, float> {
+  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r,
+                                                    std::int64_t end) const requires std::is_same_v<T, float> {
     rows<simd::Avx512>(r, end);
   }
-  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r, std::int64_t end) const
-      requires std::is_same_v<T, float> {
+  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r,
+                                                std::int64_t end) const requires std::is_same_v<T, float> {
     rows<simd::Avx2>(r, end);
   }
   template <class S>
@@ -247,12 +247,12 @@ struct LayerNormBackwardInput {
   }
 #if HYBRIDSEQ_ISA_DISPATCH
   // The host's vector copies, as LayerNormForward's.
-  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r, std::int64_t end) const
-      requires std::is_same_v<T, float> {
+  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r,
+                                                    std::int64_t end) const requires std::is_same_v<T, float> {
     rows<simd::Avx512>(r, end);
   }
-  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r, std::int64_t end) const
-      requires std::is_same_v<T, float> {
+  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r,
+                                                std::int64_t end) const requires std::is_same_v<T, float> {
     rows<simd::Avx2>(r, end);
   }
   template <class S>
