@@ -6,7 +6,8 @@
 ///   SoftplusMixer<N, false>    w_b = softplus(p_b)                   (PHA's un-normalised reading)
 ///   MeanMixer<N>, SumMixer<N>  fixed weights 1/N and 1
 ///
-/// Forward writes y = Σ_b w_b h_b; backward accumulates dh_b += w_b dy and the weights'
+/// Forward writes y = Σ_b w_b h_b; backward writes dh_b = w_b dy (its first write of dh_b: the
+/// caller need not clear it) and accumulates the weights'
 /// gradient: ∂L/∂w_b = Σ dy ⊙ h_b, then through the normalisation and softplus.
 
 #include <array>
@@ -60,14 +61,15 @@ void dot(const Tensor<T***, Space>& a, const Tensor<const T***, Space>& b, const
   }
 }
 
-/// dh += w(b) dy.
+/// dh = w(b) dy.
 template <class T, class Space>
-void axpy(const Tensor<const T*, Space>& w, int b, const Tensor<const T***, Space>& dy, const Tensor<T***, Space>& dh) {
+void scaled(const Tensor<const T*, Space>& w, int b, const Tensor<const T***, Space>& dy,
+            const Tensor<T***, Space>& dh) {
   const auto fd = core::flat(dy);
   const auto fh = core::flat(dh);
   core::parallel_for(
       "hybridseq::compose::mix_backward", Space{}, fd.extent(0), 1,
-      KOKKOS_LAMBDA(std::int64_t i) { fh(i) += w(b) * fd(i); });
+      KOKKOS_LAMBDA(std::int64_t i) { fh(i) = w(b) * fd(i); });
 }
 
 KOKKOS_INLINE_FUNCTION double softplus(double p) {
@@ -158,7 +160,7 @@ class SoftplusMixer {
     detail::softplus_weights<Normalised, T, Space>(logits_.value(), weights_);
     for (int b = 0; b < N; ++b) {
       detail::dot<T, Space>(s.h[b], dy, Kokkos::subview(weight_grads_, b));
-      detail::axpy<T, Space>(weights_, b, dy, dh[b]);
+      detail::scaled<T, Space>(weights_, b, dy, dh[b]);
     }
     detail::softplus_weights_backward<Normalised, T, Space>(logits_.value(), weight_grads_, logits_.grad());
   }
@@ -197,7 +199,7 @@ class FixedMixer {
     detail::weighted_sum<T, Space, N>(h, weights_, y);
   }
   void backward(const Saved&, Tensor<const T***, Space> dy, const std::array<Tensor<T***, Space>, N>& dh) {
-    for (int b = 0; b < N; ++b) detail::axpy<T, Space>(weights_, b, dy, dh[b]);
+    for (int b = 0; b < N; ++b) detail::scaled<T, Space>(weights_, b, dy, dh[b]);
   }
   template <class Visit>
   void visit_parameters(Visit&&) {}

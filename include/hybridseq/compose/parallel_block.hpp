@@ -116,8 +116,8 @@ class ParallelBlock {
   void backward(core::Workspace<Space>& ws, const Saved& s, Tensor<const T***, Space> dy, Tensor<T***, Space> dx) {
     core::WorkspaceScope scope(ws);
     std::array<Tensor<T***, Space>, N> dh;
-    for (auto& d : dh) d = ws.template allocate_zeroed<T***>("parallel_block.dh", dy.extent(0), dy.extent(1), d_out);
-    mixer_.backward(s.mix, dy, dh);
+    for (auto& d : dh) d = ws.template allocate<T***>("parallel_block.dh", dy.extent(0), dy.extent(1), d_out);
+    mixer_.backward(s.mix, dy, dh);  // writes every dh[i]
     core::gradients_final(ws, mixer_);
     core::for_each_indexed(branches_, [&](auto& branch, auto i) {
       core::apply_dropout(Space{}, s.dropout[i], core::flat(dh[i]));

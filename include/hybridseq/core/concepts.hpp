@@ -109,7 +109,8 @@ concept TrainableBranch = Branch<L> && HasBackward<L> && HasParameters<L>;
 template <class L>
 concept DecodableBranch = Branch<L> &&(Stateful<L> || PositionWise<L>);
 
-/// Combines `arity` branch outputs of width `d` into one (B, T, d) tensor, with backward.
+/// Combines `arity` branch outputs of width `d` into one (B, T, d) tensor, with backward, which
+/// writes (not adds to) every branch's output gradient: ParallelBlock does not clear them.
 template <class M>
 concept Mixer = Module<M> && requires {
   { M::arity } -> std::convertible_to<int>;
