@@ -392,6 +392,43 @@ struct Delta {
     const T* d = g.d_o.row(b, i, h);
     g.delta[idx] = lane_sum<T>(a.head_dim, [&](std::int64_t j) { return o[j] * d[j]; });
   }
+#if HYBRIDSEQ_ISA_DISPATCH
+  // The host's vector copies (kernels::HostVectorLoop): the same terms in the same order, the
+  // sum folded in registers (simd::lane_total) rather than by the compiler's copy of
+  // lane_sum's tree, which goes through the stack and costs more than a head's 32 products.
+  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t idx,
+                                                    std::int64_t end) const requires std::is_same_v<T, float> {
+    rows<simd::Avx512>(idx, end);
+  }
+  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t idx,
+                                                std::int64_t end) const requires std::is_same_v<T, float> {
+    rows<simd::Avx2>(idx, end);
+  }
+  template <class S>
+  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t idx, const std::int64_t end) const {
+    using V = typename S::V;
+    constexpr int W = S::lanes, NV = reduce_lanes / W;
+    if (a.head_dim % reduce_lanes != 0) {
+      for (; idx < end; ++idx) (*this)(idx);
+      return;
+    }
+    for (; idx < end; ++idx) {
+      const std::int64_t i = idx % a.tq, bh = idx / a.tq;
+      const int h = int(bh % a.heads);
+      const std::int64_t b = bh / a.heads;
+      const float* o = a.o.row(b, i, h);
+      const float* d = g.d_o.row(b, i, h);
+      V acc[NV] = {}, ov, dv;
+      for (int j = 0; j < a.head_dim; j += reduce_lanes)
+        for (int v = 0; v < NV; ++v) {
+          simd::load(ov, o + j + v * W);
+          simd::load(dv, d + j + v * W);
+          acc[v] += ov * dv;
+        }
+      g.delta[idx] = simd::lane_total<S>(acc);
+    }
+  }
+#endif
 };
 
 /// How backward's tasks, (batch, kv head, head of the group, query tile) in that order, are cut
