@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include <hybridseq/kernels/activations.hpp>
 #include <hybridseq/kernels/cross_entropy.hpp>
@@ -13,6 +15,7 @@
 #include <hybridseq/kernels/sampling.hpp>
 
 #include "cases/primitive_cases.hpp"
+#include "support/isa.hpp"
 #include "support/spaces.hpp"
 #include "support/testbed.hpp"
 
@@ -141,30 +144,37 @@ HYBRIDSEQ_SPACE_TEST_CASE("column reductions: the per-column device path equals 
 
 HYBRIDSEQ_SPACE_TEST_CASE("norm kernels: LayerNorm and RMSNorm rows against a double oracle", "[layers][kernels]") {
   // Widths that are whole multiples of 16 take the host's vector loops (their sums folded in
-  // registers), 40 the scalar rows; each ISA copy of the test binary runs its own. The layer
-  // cases' width of 6 never reaches the vector loops. dx starts nonzero: backward adds to it.
+  // registers), 40 the scalar rows; every ISA copy this machine has runs (testing::for_each_isa).
+  // The layer cases' width of 6 never reaches the vector loops. dx starts nonzero: backward
+  // adds to it; dw and db start from zero each time.
   using Space = TestType;
   const std::int64_t rows = 37, d = GENERATE(16, 40, 48, 128);
-  INFO("d = " << d);
   Tensor<float**, Space> x("x", rows, d), dy("dy", rows, d), y("y", rows, d), dx("dx", rows, d);
   Tensor<float*, Space> w("w", d), b("b", d), mean("mean", rows), rstd("rstd", rows), dw("dw", d), db("db", d);
   core::fill(Space{}, core::flat(x), core::Init::normal(1.0), 7, 1);
   core::fill(Space{}, core::flat(dy), core::Init::normal(1.0), 7, 2);
-  core::fill(Space{}, core::flat(dx), core::Init::normal(1.0), 7, 3);
   core::fill(Space{}, w, core::Init::uniform(0.5, 1.5), 7, 4);
   core::fill(Space{}, b, core::Init::normal(0.2), 7, 5);
-  const auto hx = testing::to_vector(x), hdy = testing::to_vector(dy), hdx0 = testing::to_vector(dx);
+  const auto hx = testing::to_vector(x), hdy = testing::to_vector(dy);
   const auto hw = testing::to_vector(w), hb = testing::to_vector(b);
   const float eps = 1e-5f;
   const auto close = [](double got, double want) { CHECK(got == Approx(want).epsilon(2e-5).margin(2e-5)); };
+  const auto restart = [&] {
+    core::fill(Space{}, core::flat(dx), core::Init::normal(1.0), 7, 3);
+    Kokkos::deep_copy(dw, 0.0f);
+    Kokkos::deep_copy(db, 0.0f);
+    return testing::to_vector(dx);
+  };
 
-  SECTION("LayerNorm") {
+  const auto layer_norm = [&] {
+    const auto hdx0 = restart();
     kernels::layernorm_forward<float>(Space{}, x, w, b, eps, y, mean, rstd);
     kernels::layernorm_backward<float>(Space{}, x, w, mean, rstd, dy, dx, dw, db,
                                        kernels::column_partials<float, Space>("pw", d),
                                        kernels::column_partials<float, Space>("pb", d));
     const auto hy = testing::to_vector(y), hdx = testing::to_vector(dx), hmean = testing::to_vector(mean);
-    const auto hrstd = testing::to_vector(rstd);
+    const auto hrstd = testing::to_vector(rstd), hdw = testing::to_vector(dw), hdb = testing::to_vector(db);
+    std::vector<double> want_dw(d), want_db(d);
     for (std::int64_t r = 0; r < rows; ++r) {
       double mu = 0, var = 0, g = 0, gx = 0;
       for (std::int64_t j = 0; j < d; ++j) mu += hx[r * d + j] / double(d);
@@ -177,17 +187,26 @@ HYBRIDSEQ_SPACE_TEST_CASE("norm kernels: LayerNorm and RMSNorm rows against a do
         close(hy[r * d + j], xhat * hw[j] + hb[j]);
         g += hw[j] * hdy[r * d + j] / double(d);
         gx += hw[j] * hdy[r * d + j] * xhat / double(d);
+        want_dw[j] += hdy[r * d + j] * xhat;
+        want_db[j] += hdy[r * d + j];
       }
       for (std::int64_t j = 0; j < d; ++j) {
         const double xhat = (hx[r * d + j] - mu) * s;
         close(hdx[r * d + j], hdx0[r * d + j] + s * (hw[j] * hdy[r * d + j] - g - xhat * gx));
       }
     }
-  }
-  SECTION("RMSNorm") {
+    for (std::int64_t j = 0; j < d; ++j) {
+      CHECK(hdw[j] == Approx(want_dw[j]).epsilon(1e-5).margin(1e-4));
+      CHECK(hdb[j] == Approx(want_db[j]).epsilon(1e-5).margin(1e-4));
+    }
+  };
+  const auto rms_norm = [&] {
+    const auto hdx0 = restart();
     kernels::rmsnorm_forward<float>(Space{}, x, w, eps, y, rstd);
     kernels::rmsnorm_backward<float>(Space{}, x, w, rstd, dy, dx, dw, kernels::column_partials<float, Space>("p", d));
     const auto hy = testing::to_vector(y), hdx = testing::to_vector(dx), hrstd = testing::to_vector(rstd);
+    const auto hdw = testing::to_vector(dw);
+    std::vector<double> want_dw(d);
     for (std::int64_t r = 0; r < rows; ++r) {
       double ss = 0, dot = 0;
       for (std::int64_t j = 0; j < d; ++j) ss += hx[r * d + j] * hx[r * d + j] / double(d);
@@ -196,13 +215,106 @@ HYBRIDSEQ_SPACE_TEST_CASE("norm kernels: LayerNorm and RMSNorm rows against a do
       for (std::int64_t j = 0; j < d; ++j) {
         close(hy[r * d + j], hx[r * d + j] * s * hw[j]);
         dot += hw[j] * hdy[r * d + j] * hx[r * d + j];
+        want_dw[j] += hdy[r * d + j] * hx[r * d + j] * s;
       }
       for (std::int64_t j = 0; j < d; ++j)
         close(hdx[r * d + j],
               hdx0[r * d + j] + s * hw[j] * hdy[r * d + j] - s * s * s * dot / double(d) * hx[r * d + j]);
     }
+    for (std::int64_t j = 0; j < d; ++j) CHECK(hdw[j] == Approx(want_dw[j]).epsilon(1e-5).margin(1e-4));
+  };
+  testing::for_each_isa([&] {
+    INFO("d = " << d << ", ISA copies up to " << kernels::isa_name(kernels::host_isa()));
+    layer_norm();
+    rms_norm();
+  });
+}
+
+#if HYBRIDSEQ_ISA_DISPATCH
+namespace {
+// A kernel's scalar operator() alone, so that elementwise_loop_avx512 / _avx2 compile it for
+// their ISA (the copy the compiler makes of the definition) instead of calling its own loops.
+template <class F>
+struct ScalarRows {
+  F f;
+  void operator()(const std::int64_t i) const { f(i); }
+};
+}  // namespace
+
+TEST_CASE("norm kernels: the host's vector loops give the compiler's bits of the scalar rows", "[layers][host]") {
+  // What the vector loops promise (under GCC's default contraction): operator()'s terms in its
+  // order, so the same bits as the compiler's vector copy of operator() for the same ISA.
+  // LayerNorm's backward row is left out: compiled here, behind this wrapper, the compiler
+  // contracts its products into FMAs otherwise than in the library's own loop (a scratch
+  // program found that copy and the vector loop bit-identical), and the row's cancellation
+  // turns that into hundreds of ulps; the double-oracle test above holds it.
+  using Space = Kokkos::DefaultHostExecutionSpace;
+  namespace kd = kernels::detail;
+  static_assert(kernels::HostVectorLoop<kd::LayerNormForward<float, Space>>);
+  static_assert(kernels::HostVectorLoop<kd::LayerNormBackwardInput<float, Space>>);
+  static_assert(kernels::HostVectorLoop<kd::RmsNormForward<float, Space>>);
+  static_assert(kernels::HostVectorLoop<kd::RmsNormBackwardInput<float, Space>>);
+  const std::int64_t rows = 29, d = GENERATE(16, 128);
+  Tensor<float**, Space> x("x", rows, d), dy("dy", rows, d), y1("y1", rows, d), y2("y2", rows, d);
+  Tensor<float*, Space> w("w", d), b("b", d), mean("mean", rows), rstd("rstd", rows), m2("m2", rows), s2("s2", rows);
+  core::fill(Space{}, core::flat(x), core::Init::normal(1.0), 9, 1);
+  core::fill(Space{}, core::flat(dy), core::Init::normal(1.0), 9, 2);
+  core::fill(Space{}, w, core::Init::uniform(0.5, 1.5), 9, 3);
+  core::fill(Space{}, b, core::Init::normal(0.2), 9, 4);
+  kernels::layernorm_forward<float>(Space{}, x, w, b, 1e-5f, y1, mean, rstd);  // the saved statistics
+  Space().fence();
+  // The largest distance in ulps between the two outputs (0: the same bits).
+  const auto ulps_apart = [&](const auto& a, const auto& c) {
+    REQUIRE(a.span() == c.span());
+    std::int64_t most = 0;
+    for (std::size_t i = 0; i < a.span(); ++i) {
+      std::int32_t ia, ic;
+      std::memcpy(&ia, a.data() + i, sizeof ia);
+      std::memcpy(&ic, c.data() + i, sizeof ic);
+      const bool same_sign = (ia < 0) == (ic < 0);
+      most = std::max(most, same_sign ? std::abs(std::int64_t(ia) - ic) : std::int64_t(1) << 31);
+    }
+    return most;
+  };
+  // Runs kernel(out) once through its own loop and once as scalar rows, on one ISA copy.
+  const auto both = [&](const char* kernel, auto make, const auto& out1, const auto& out2, auto run) {
+    INFO(kernel);
+    Kokkos::deep_copy(out1, 0.25f);
+    Kokkos::deep_copy(out2, 0.25f);  // backward adds to dx: both start equal
+    auto own = make(out1);
+    run(own, ScalarRows<decltype(make(out2))>{make(out2)});
+    CHECK(ulps_apart(out1, out2) == 0);
+  };
+  for (auto isa : {kernels::Isa::avx2, kernels::Isa::avx512}) {
+    if (kernels::host_isa() < isa) continue;
+    INFO("d = " << d << ", " << kernels::isa_name(isa));
+    const auto run = [&](const auto& own, const auto& scalar) {
+      if (isa == kernels::Isa::avx512) {
+        kd::elementwise_loop_avx512(own, 0, rows);
+        kd::elementwise_loop_avx512(scalar, 0, rows);
+      } else {
+        kd::elementwise_loop_avx2(own, 0, rows);
+        kd::elementwise_loop_avx2(scalar, 0, rows);
+      }
+    };
+    both(
+        "LayerNormForward", [&](auto out) { return kd::LayerNormForward<float, Space>{x, w, b, out, m2, s2, 1e-5f}; },
+        y1, y2, run);
+    both(
+        "RmsNormForward",
+        [&](auto out) {
+          return kd::RmsNormForward<float, Space>{x, w, out, s2, 1e-5f};
+        },
+        y1, y2, run);
+    both(
+        "RmsNormBackwardInput",
+        [&](auto out) {
+          return kd::RmsNormBackwardInput<float, Space>{x, dy, w, rstd, out};
+        },
+        y1, y2, run);
   }
 }
+#endif
 
 HYBRIDSEQ_SPACE_TEST_CASE("cross-entropy: the team-per-row device path equals the row-per-index host path",
                           "[layers][kernels]") {

@@ -6,9 +6,9 @@
 ///   SoftplusMixer<N, false>    w_b = softplus(p_b)                   (PHA's un-normalised reading)
 ///   MeanMixer<N>, SumMixer<N>  fixed weights 1/N and 1
 ///
-/// Forward writes y = Σ_b w_b h_b; backward writes dh_b = w_b dy (its first write of dh_b: the
-/// caller need not clear it) and accumulates the weights'
-/// gradient: ∂L/∂w_b = Σ dy ⊙ h_b, then through the normalisation and softplus.
+/// Forward writes y = Σ_b w_b h_b. Backward writes dh_b = w_b dy (the caller need not clear
+/// dh_b) and accumulates the weights' gradient: ∂L/∂w_b = Σ dy ⊙ h_b, then through the
+/// normalisation and softplus.
 
 #include <array>
 #include <cmath>

@@ -77,7 +77,9 @@ KOKKOS_FORCEINLINE_FUNCTION T lane_max(const std::int64_t n, const Term& term) {
 
 /// A float kernel that brings its own host vector loops over [begin, end), each compiled for
 /// its ISA (HYBRIDSEQ_TARGET_AVX512 / _AVX2), for arithmetic the compiler does not vectorise by
-/// itself. The scalar f(i) stays the definition: devices, the baseline copy and the oracles.
+/// itself (a libm call that may set errno) or vectorises badly (a short row's lane_reduce,
+/// whose final combine it spills: simd::lane_total folds it in registers). The scalar f(i)
+/// stays the definition: devices, the baseline copy and the oracles.
 template <class F>
 concept HostVectorLoop = requires(const F& f, std::int64_t i) {
   f.host_loop_avx512(i, i);

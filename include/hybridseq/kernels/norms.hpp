@@ -36,7 +36,8 @@ struct RmsNormForward {
 #if HYBRIDSEQ_ISA_DISPATCH
   // The host's vector copies (kernels::HostVectorLoop): operator()'s arithmetic, term for term,
   // on whole vectors, with the sum folded in registers (simd::lane_total), where the
-  // compiler's copy of lane_sum's tree goes through the stack one float at a time.
+  // compiler's copy of lane_sum's final combine goes through the stack one float at a time.
+  // Under GCC's default contraction (-ffp-contract=fast) they give operator()'s bits.
   [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r,
                                                     std::int64_t end) const requires std::is_same_v<T, float> {
     rows<simd::Avx512>(r, end);
@@ -50,7 +51,7 @@ struct RmsNormForward {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     const std::int64_t d = x.extent(1);
-    if (d % reduce_lanes != 0) {
+    if (d == 0 || d % reduce_lanes != 0) {
       for (; r < end; ++r) (*this)(r);
       return;
     }
@@ -104,7 +105,7 @@ struct RmsNormBackwardInput {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     const std::int64_t d = x.extent(1);
-    if (d % reduce_lanes != 0) {
+    if (d == 0 || d % reduce_lanes != 0) {
       for (; r < end; ++r) (*this)(r);
       return;
     }
@@ -179,7 +180,8 @@ struct LayerNormForward {
   }
 #if HYBRIDSEQ_ISA_DISPATCH
   // The host's vector copies (kernels::HostVectorLoop): operator()'s arithmetic, term for term,
-  // on whole vectors, with the sums folded in registers (simd::lane_total).
+  // on whole vectors, with the sums folded in registers (simd::lane_total); under GCC's
+  // default contraction, operator()'s bits.
   [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r,
                                                     std::int64_t end) const requires std::is_same_v<T, float> {
     rows<simd::Avx512>(r, end);
@@ -193,7 +195,7 @@ struct LayerNormForward {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     const std::int64_t d = x.extent(1);
-    if (d % reduce_lanes != 0) {
+    if (d == 0 || d % reduce_lanes != 0) {
       for (; r < end; ++r) (*this)(r);
       return;
     }
@@ -260,7 +262,7 @@ struct LayerNormBackwardInput {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     const std::int64_t d = x.extent(1);
-    if (d % reduce_lanes != 0) {
+    if (d == 0 || d % reduce_lanes != 0) {
       for (; r < end; ++r) (*this)(r);
       return;
     }

@@ -283,10 +283,11 @@ HYBRIDSEQ_HOST_FORCEINLINE void fold(V& v, std::index_sequence<l...>) {
 }
 }  // namespace detail
 
-/// The sum of kernels::lane_reduce's 16 partials held as vectors (lane l of acc[l / W]), folded
-/// in its order: partial l += partial l + 8, then + 4, + 2, + 1. The same bits as lane_sum over
-/// the same terms, in registers, where the compiler's copy of the scalar tree goes through the
-/// stack one float at a time.
+/// The sum of kernels::lane_reduce's 16 partials (its reduce_lanes: an array of another size
+/// does not bind) held as vectors, partial l in lane l % W of acc[l / W], folded in its order:
+/// partial l += partial l + 8, then + 4, + 2, + 1. The same bits as lane_sum over the same
+/// terms, in registers, where the compiler's copy of that final combine goes through the stack
+/// one float at a time.
 template <class S>
 HYBRIDSEQ_HOST_FORCEINLINE float lane_total(const typename S::V (&acc)[16 / S::lanes]) {
   constexpr int W = S::lanes;
