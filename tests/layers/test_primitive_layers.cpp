@@ -142,6 +142,23 @@ HYBRIDSEQ_SPACE_TEST_CASE("column reductions: the per-column device path equals 
   }
 }
 
+namespace {
+/// A norm kernel's inputs, (rows, d): x and dy standard normal, w uniform in [0.5, 1.5), b
+/// normal with σ 0.2, drawn from `seed`.
+template <class Space>
+struct NormInputs {
+  Tensor<float**, Space> x, dy;
+  Tensor<float*, Space> w, b;
+  NormInputs(std::int64_t rows, std::int64_t d, std::uint64_t seed)
+      : x("x", rows, d), dy("dy", rows, d), w("w", d), b("b", d) {
+    core::fill(Space{}, core::flat(x), core::Init::normal(1.0), seed, 1);
+    core::fill(Space{}, core::flat(dy), core::Init::normal(1.0), seed, 2);
+    core::fill(Space{}, w, core::Init::uniform(0.5, 1.5), seed, 3);
+    core::fill(Space{}, b, core::Init::normal(0.2), seed, 4);
+  }
+};
+}  // namespace
+
 HYBRIDSEQ_SPACE_TEST_CASE("norm kernels: LayerNorm and RMSNorm rows against a double oracle", "[layers][kernels]") {
   // Widths that are whole multiples of 16 take the host's vector loops (their sums folded in
   // registers), 40 the scalar rows; every ISA copy this machine has runs (testing::for_each_isa).
@@ -149,18 +166,17 @@ HYBRIDSEQ_SPACE_TEST_CASE("norm kernels: LayerNorm and RMSNorm rows against a do
   // adds to it; dw and db start from zero each time.
   using Space = TestType;
   const std::int64_t rows = 37, d = GENERATE(16, 40, 48, 128);
-  Tensor<float**, Space> x("x", rows, d), dy("dy", rows, d), y("y", rows, d), dx("dx", rows, d);
-  Tensor<float*, Space> w("w", d), b("b", d), mean("mean", rows), rstd("rstd", rows), dw("dw", d), db("db", d);
-  core::fill(Space{}, core::flat(x), core::Init::normal(1.0), 7, 1);
-  core::fill(Space{}, core::flat(dy), core::Init::normal(1.0), 7, 2);
-  core::fill(Space{}, w, core::Init::uniform(0.5, 1.5), 7, 4);
-  core::fill(Space{}, b, core::Init::normal(0.2), 7, 5);
+  const NormInputs<Space> in(rows, d, 7);
+  const auto &x = in.x, &dy = in.dy;
+  const auto &w = in.w, &b = in.b;
+  Tensor<float**, Space> y("y", rows, d), dx("dx", rows, d);
+  Tensor<float*, Space> mean("mean", rows), rstd("rstd", rows), dw("dw", d), db("db", d);
   const auto hx = testing::to_vector(x), hdy = testing::to_vector(dy);
   const auto hw = testing::to_vector(w), hb = testing::to_vector(b);
   const float eps = 1e-5f;
   const auto close = [](double got, double want) { CHECK(got == Approx(want).epsilon(2e-5).margin(2e-5)); };
   const auto restart = [&] {
-    core::fill(Space{}, core::flat(dx), core::Init::normal(1.0), 7, 3);
+    core::fill(Space{}, core::flat(dx), core::Init::normal(1.0), 7, 5);
     Kokkos::deep_copy(dw, 0.0f);
     Kokkos::deep_copy(db, 0.0f);
     return testing::to_vector(dx);
@@ -255,12 +271,11 @@ TEST_CASE("norm kernels: the host's vector loops give the compiler's bits of the
   static_assert(kernels::HostVectorLoop<kd::RmsNormForward<float, Space>>);
   static_assert(kernels::HostVectorLoop<kd::RmsNormBackwardInput<float, Space>>);
   const std::int64_t rows = 29, d = GENERATE(16, 128);
-  Tensor<float**, Space> x("x", rows, d), dy("dy", rows, d), y1("y1", rows, d), y2("y2", rows, d);
-  Tensor<float*, Space> w("w", d), b("b", d), mean("mean", rows), rstd("rstd", rows), m2("m2", rows), s2("s2", rows);
-  core::fill(Space{}, core::flat(x), core::Init::normal(1.0), 9, 1);
-  core::fill(Space{}, core::flat(dy), core::Init::normal(1.0), 9, 2);
-  core::fill(Space{}, w, core::Init::uniform(0.5, 1.5), 9, 3);
-  core::fill(Space{}, b, core::Init::normal(0.2), 9, 4);
+  const NormInputs<Space> in(rows, d, 9);
+  const auto &x = in.x, &dy = in.dy;
+  const auto &w = in.w, &b = in.b;
+  Tensor<float**, Space> y1("y1", rows, d), y2("y2", rows, d);
+  Tensor<float*, Space> mean("mean", rows), rstd("rstd", rows), m2("m2", rows), s2("s2", rows);
   kernels::layernorm_forward<float>(Space{}, x, w, b, 1e-5f, y1, mean, rstd);  // the saved statistics
   Space().fence();
   // The largest distance in ulps between the two outputs (0: the same bits).

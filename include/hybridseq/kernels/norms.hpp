@@ -34,20 +34,12 @@ struct RmsNormForward {
     for (std::int64_t j = 0; j < d; ++j) y(r, j) = x(r, j) * s * w(j);
   }
 #if HYBRIDSEQ_ISA_DISPATCH
-  // The host's vector copies (kernels::HostVectorLoop): operator()'s arithmetic, term for term,
+  // The host's vector loop (kernels::HostVectorLoop): operator()'s arithmetic, term for term,
   // on whole vectors, with the sum folded in registers (simd::lane_total), where the
   // compiler's copy of lane_sum's final combine goes through the stack one float at a time.
-  // Under GCC's default contraction (-ffp-contract=fast) they give operator()'s bits.
-  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r,
-                                                    std::int64_t end) const requires std::is_same_v<T, float> {
-    rows<simd::Avx512>(r, end);
-  }
-  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r,
-                                                std::int64_t end) const requires std::is_same_v<T, float> {
-    rows<simd::Avx2>(r, end);
-  }
+  // Under GCC's default contraction (-ffp-contract=fast) it gives operator()'s bits.
   template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const {
+  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const requires std::is_same_v<T, float> {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     const std::int64_t d = x.extent(1);
@@ -91,17 +83,9 @@ struct RmsNormBackwardInput {
     for (std::int64_t j = 0; j < d; ++j) dx(r, j) += s * w(j) * dy(r, j) - c * x(r, j);
   }
 #if HYBRIDSEQ_ISA_DISPATCH
-  // The host's vector copies, as RmsNormForward's.
-  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r,
-                                                    std::int64_t end) const requires std::is_same_v<T, float> {
-    rows<simd::Avx512>(r, end);
-  }
-  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r,
-                                                std::int64_t end) const requires std::is_same_v<T, float> {
-    rows<simd::Avx2>(r, end);
-  }
+  // The host's vector loop, as RmsNormForward's.
   template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const {
+  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const requires std::is_same_v<T, float> {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     const std::int64_t d = x.extent(1);
@@ -179,19 +163,11 @@ struct LayerNormForward {
     for (std::int64_t j = 0; j < d; ++j) y(r, j) = (x(r, j) - mu) * s * w(j) + b(j);
   }
 #if HYBRIDSEQ_ISA_DISPATCH
-  // The host's vector copies (kernels::HostVectorLoop): operator()'s arithmetic, term for term,
+  // The host's vector loop (kernels::HostVectorLoop): operator()'s arithmetic, term for term,
   // on whole vectors, with the sums folded in registers (simd::lane_total); under GCC's
   // default contraction, operator()'s bits.
-  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r,
-                                                    std::int64_t end) const requires std::is_same_v<T, float> {
-    rows<simd::Avx512>(r, end);
-  }
-  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r,
-                                                std::int64_t end) const requires std::is_same_v<T, float> {
-    rows<simd::Avx2>(r, end);
-  }
   template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const {
+  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const requires std::is_same_v<T, float> {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     const std::int64_t d = x.extent(1);
@@ -248,17 +224,9 @@ struct LayerNormBackwardInput {
     }
   }
 #if HYBRIDSEQ_ISA_DISPATCH
-  // The host's vector copies, as LayerNormForward's.
-  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t r,
-                                                    std::int64_t end) const requires std::is_same_v<T, float> {
-    rows<simd::Avx512>(r, end);
-  }
-  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t r,
-                                                std::int64_t end) const requires std::is_same_v<T, float> {
-    rows<simd::Avx2>(r, end);
-  }
+  // The host's vector loop, as LayerNormForward's.
   template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const {
+  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const requires std::is_same_v<T, float> {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     const std::int64_t d = x.extent(1);

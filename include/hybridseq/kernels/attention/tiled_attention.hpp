@@ -393,19 +393,12 @@ struct Delta {
     g.delta[idx] = lane_sum<T>(a.head_dim, [&](std::int64_t j) { return o[j] * d[j]; });
   }
 #if HYBRIDSEQ_ISA_DISPATCH
-  // The host's vector copies (kernels::HostVectorLoop): the same terms in the same order, the
+  // The host's vector loop (kernels::HostVectorLoop): the same terms in the same order, the
   // sum folded in registers (simd::lane_total) rather than by the compiler's copy of
   // lane_sum's tree, which goes through the stack and costs more than a head's 32 products.
-  [[HYBRIDSEQ_TARGET_AVX512]] void host_loop_avx512(std::int64_t idx,
-                                                    std::int64_t end) const requires std::is_same_v<T, float> {
-    rows<simd::Avx512>(idx, end);
-  }
-  [[HYBRIDSEQ_TARGET_AVX2]] void host_loop_avx2(std::int64_t idx,
-                                                std::int64_t end) const requires std::is_same_v<T, float> {
-    rows<simd::Avx2>(idx, end);
-  }
   template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t idx, const std::int64_t end) const {
+  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t idx,
+                                       const std::int64_t end) const requires std::is_same_v<T, float> {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     if (a.head_dim % reduce_lanes != 0) {
