@@ -10,9 +10,11 @@
 #include <vector>
 
 #include <hybridseq/kernels/activations.hpp>
+#include <hybridseq/kernels/attention/tiled_attention.hpp>
 #include <hybridseq/kernels/cross_entropy.hpp>
 #include <hybridseq/kernels/norms.hpp>
 #include <hybridseq/kernels/sampling.hpp>
+#include <hybridseq/train/adamw.hpp>
 
 #include "cases/primitive_cases.hpp"
 #include "support/isa.hpp"
@@ -176,7 +178,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("norm kernels: LayerNorm and RMSNorm rows against a do
   const float eps = 1e-5f;
   const auto close = [](double got, double want) { CHECK(got == Approx(want).epsilon(2e-5).margin(2e-5)); };
   const auto restart = [&] {
-    core::fill(Space{}, core::flat(dx), core::Init::normal(1.0), 7, 5);
+    core::fill(Space{}, core::flat(dx), core::Init::normal(1.0), 7, 5);  // NormInputs takes streams 1-4
     Kokkos::deep_copy(dw, 0.0f);
     Kokkos::deep_copy(db, 0.0f);
     return testing::to_vector(dx);
@@ -249,7 +251,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("norm kernels: LayerNorm and RMSNorm rows against a do
 #if HYBRIDSEQ_ISA_DISPATCH
 namespace {
 // A kernel's scalar operator() alone, so that elementwise_loop_avx512 / _avx2 compile it for
-// their ISA (the copy the compiler makes of the definition) instead of calling its own loops.
+// their ISA (the copy the compiler makes of the definition) instead of inlining its vector_loop.
 template <class F>
 struct ScalarRows {
   F f;
@@ -270,6 +272,12 @@ TEST_CASE("norm kernels: the host's vector loops give the compiler's bits of the
   static_assert(kernels::HostVectorLoop<kd::LayerNormBackwardInput<float, Space>>);
   static_assert(kernels::HostVectorLoop<kd::RmsNormForward<float, Space>>);
   static_assert(kernels::HostVectorLoop<kd::RmsNormBackwardInput<float, Space>>);
+  // The other kernels with loops of their own, whose loops only speed would miss; double never
+  // takes one.
+  static_assert(kernels::HostVectorLoop<kernels::attention::detail::Delta<float, Space>>);
+  static_assert(kernels::HostVectorLoop<train::detail::AdamWUpdate<float, Space>>);
+  static_assert(!kernels::HostVectorLoop<kd::LayerNormForward<double, Space>>);
+  static_assert(!kernels::HostVectorLoop<train::detail::AdamWUpdate<double, Space>>);
   const std::int64_t rows = 29, d = GENERATE(16, 128);
   const NormInputs<Space> in(rows, d, 9);
   const auto &x = in.x, &dy = in.dy;

@@ -77,16 +77,17 @@ KOKKOS_FORCEINLINE_FUNCTION T lane_max(const std::int64_t n, const Term& term) {
 }
 
 #if HYBRIDSEQ_ISA_DISPATCH
-/// A float kernel that brings its own host vector loop, `rows<S>(begin, end)` over indices
+/// A float kernel that brings its own host vector loop, `vector_loop<S>(begin, end)` over indices
 /// [begin, end) on simd::Avx512 or simd::Avx2 vectors (tile_gemm.hpp), which
 /// elementwise_loop_avx512 / _avx2 inline into their ISA's copy: for arithmetic the compiler
 /// does not vectorise by itself (a libm call that may set errno) or vectorises badly (a short
 /// row's lane_reduce, whose final combine it spills: simd::lane_total folds it in registers).
-/// The scalar f(i) stays the definition: devices, the baseline copy and the oracles.
+/// The scalar f(i) stays the definition: devices, the baseline copy and the oracles. (Only
+/// builds with ISA copies, HYBRIDSEQ_ISA_DISPATCH, have vector loops to bring.)
 template <class F>
 concept HostVectorLoop = requires(const F& f, std::int64_t i) {
-  f.template rows<simd::Avx512>(i, i);
-  f.template rows<simd::Avx2>(i, i);
+  f.template vector_loop<simd::Avx512>(i, i);
+  f.template vector_loop<simd::Avx2>(i, i);
 };
 #endif
 
@@ -117,14 +118,14 @@ template <class F>
 [[HYBRIDSEQ_TARGET_AVX512, gnu::flatten]] void elementwise_loop_avx512(const F& f, std::int64_t begin,
                                                                        std::int64_t end) {
   if constexpr (HostVectorLoop<F>)
-    F(f).template rows<simd::Avx512>(begin, end);  // on a local copy, as elementwise_loop (above)
+    F(f).template vector_loop<simd::Avx512>(begin, end);  // on a local copy, as elementwise_loop (above)
   else
     elementwise_loop(f, begin, end);
 }
 template <class F>
 [[HYBRIDSEQ_TARGET_AVX2, gnu::flatten]] void elementwise_loop_avx2(const F& f, std::int64_t begin, std::int64_t end) {
   if constexpr (HostVectorLoop<F>)
-    F(f).template rows<simd::Avx2>(begin, end);  // on a local copy, as elementwise_loop (above)
+    F(f).template vector_loop<simd::Avx2>(begin, end);  // on a local copy, as elementwise_loop (above)
   else
     elementwise_loop(f, begin, end);
 }

@@ -39,7 +39,8 @@ struct RmsNormForward {
   // compiler's copy of lane_sum's final combine goes through the stack one float at a time.
   // Under GCC's default contraction (-ffp-contract=fast) it gives operator()'s bits.
   template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const requires std::is_same_v<T, float> {
+  HYBRIDSEQ_HOST_FORCEINLINE void vector_loop(std::int64_t r,
+                                              const std::int64_t end) const requires std::is_same_v<T, float> {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     const std::int64_t d = x.extent(1);
@@ -85,7 +86,8 @@ struct RmsNormBackwardInput {
 #if HYBRIDSEQ_ISA_DISPATCH
   // The host's vector loop, as RmsNormForward's.
   template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const requires std::is_same_v<T, float> {
+  HYBRIDSEQ_HOST_FORCEINLINE void vector_loop(std::int64_t r,
+                                              const std::int64_t end) const requires std::is_same_v<T, float> {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     const std::int64_t d = x.extent(1);
@@ -167,7 +169,8 @@ struct LayerNormForward {
   // on whole vectors, with the sums folded in registers (simd::lane_total); under GCC's
   // default contraction, operator()'s bits.
   template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const requires std::is_same_v<T, float> {
+  HYBRIDSEQ_HOST_FORCEINLINE void vector_loop(std::int64_t r,
+                                              const std::int64_t end) const requires std::is_same_v<T, float> {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     const std::int64_t d = x.extent(1);
@@ -226,7 +229,8 @@ struct LayerNormBackwardInput {
 #if HYBRIDSEQ_ISA_DISPATCH
   // The host's vector loop, as LayerNormForward's.
   template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t r, const std::int64_t end) const requires std::is_same_v<T, float> {
+  HYBRIDSEQ_HOST_FORCEINLINE void vector_loop(std::int64_t r,
+                                              const std::int64_t end) const requires std::is_same_v<T, float> {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     const std::int64_t d = x.extent(1);

@@ -67,19 +67,20 @@ struct AdamWUpdate {
   // The host's vector loop (kernels::HostVectorLoop), for float parameters. libm's sqrt may
   // set errno (for a negative argument), a side effect that keeps the compiler from
   // vectorising the scalar loop; v̂ ≥ 0 here, and the vector instruction rounds the root
-  // correctly, as sqrtf does. The square root is the only intrinsic, which is why each ISA has
-  // a body of its own (an intrinsic inlines only into a function compiled for its ISA); the rest
-  // is the scalar arithmetic on vectors, contracted to FMAs as the compiler does in the other
-  // copies.
+  // correctly, as sqrtf does. GCC's vector extensions have no square root, and an intrinsic
+  // compiles only inside a function built for its ISA: hence a body per ISA, in intrinsics,
+  // with the scalar arithmetic on vectors, contracted to FMAs as the compiler does in the
+  // other copies.
   template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void rows(const std::int64_t i,
-                                       const std::int64_t end) const requires std::is_same_v<T, float> {
+  HYBRIDSEQ_HOST_FORCEINLINE void vector_loop(const std::int64_t i,
+                                              const std::int64_t end) const requires std::is_same_v<T, float> {
+    static_assert(S::lanes == 16 || S::lanes == 8, "AdamW's vector loop: AVX-512 or AVX2 vectors");
     if constexpr (S::lanes == 16)
-      rows_avx512(i, end);
+      loop_avx512(i, end);
     else
-      rows_avx2(i, end);
+      loop_avx2(i, end);
   }
-  [[HYBRIDSEQ_TARGET_AVX512]] void rows_avx512(std::int64_t i,
+  [[HYBRIDSEQ_TARGET_AVX512]] void loop_avx512(std::int64_t i,
                                                const std::int64_t end) const requires std::is_same_v<T, float> {
     for (; i + 16 <= end; i += 16) {
       const __m512 g = _mm512_loadu_ps(&grad(i)), p = _mm512_loadu_ps(&param(i));
@@ -95,7 +96,7 @@ struct AdamWUpdate {
     }
     for (; i < end; ++i) (*this)(i);
   }
-  [[HYBRIDSEQ_TARGET_AVX2]] void rows_avx2(std::int64_t i,
+  [[HYBRIDSEQ_TARGET_AVX2]] void loop_avx2(std::int64_t i,
                                            const std::int64_t end) const requires std::is_same_v<T, float> {
     for (; i + 8 <= end; i += 8) {
       const __m256 g = _mm256_loadu_ps(&grad(i)), p = _mm256_loadu_ps(&param(i));

@@ -397,8 +397,8 @@ struct Delta {
   // sum folded in registers (simd::lane_total) rather than by the compiler's copy of
   // lane_sum's tree, which goes through the stack and costs more than a head's 32 products.
   template <class S>
-  HYBRIDSEQ_HOST_FORCEINLINE void rows(std::int64_t idx,
-                                       const std::int64_t end) const requires std::is_same_v<T, float> {
+  HYBRIDSEQ_HOST_FORCEINLINE void vector_loop(std::int64_t idx,
+                                              const std::int64_t end) const requires std::is_same_v<T, float> {
     using V = typename S::V;
     constexpr int W = S::lanes, NV = reduce_lanes / W;
     if (a.head_dim % reduce_lanes != 0) {
