@@ -283,9 +283,15 @@ TEST_CASE("norm kernels: the host's vector loops give the compiler's bits of the
   const auto &x = in.x, &dy = in.dy;
   const auto &w = in.w, &b = in.b;
   Tensor<float**, Space> y1("y1", rows, d), y2("y2", rows, d);
-  Tensor<float*, Space> mean("mean", rows), rstd("rstd", rows), m2("m2", rows), s2("s2", rows);
+  Tensor<float*, Space> mean("mean", rows), rstd("rstd", rows);
   kernels::layernorm_forward<float>(Space{}, x, w, b, 1e-5f, y1, mean, rstd);  // the saved statistics
   Space().fence();
+  // Each run's own row statistics, which the forward kernels write beside y.
+  struct Stats {
+    Tensor<float*, Space> mean, rstd;
+  };
+  using Row = Tensor<float*, Space>;
+  const Stats stats1{Row("mean1", rows), Row("rstd1", rows)}, stats2{Row("mean2", rows), Row("rstd2", rows)};
   // The largest distance in ulps between the two outputs (0: the same bits).
   const auto ulps_apart = [&](const auto& a, const auto& c) {
     REQUIRE(a.span() == c.span());
@@ -299,14 +305,16 @@ TEST_CASE("norm kernels: the host's vector loops give the compiler's bits of the
     }
     return most;
   };
-  // Runs kernel(out) once through its own loop and once as scalar rows, on one ISA copy.
-  const auto both = [&](const char* kernel, auto make, const auto& out1, const auto& out2, auto run) {
+  // Runs the kernel that make(y, stats) builds once through its own loop and once as scalar
+  // rows, on one ISA copy, and compares everything it writes.
+  const auto both = [&](const char* kernel, auto make, auto run) {
     INFO(kernel);
-    Kokkos::deep_copy(out1, 0.25f);
-    Kokkos::deep_copy(out2, 0.25f);  // backward adds to dx: both start equal
-    auto own = make(out1);
-    run(own, ScalarRows<decltype(make(out2))>{make(out2)});
-    CHECK(ulps_apart(out1, out2) == 0);
+    for (const auto& v : {y1, y2}) Kokkos::deep_copy(v, 0.25f);  // backward adds to dx: both start equal
+    for (const auto& v : {stats1.mean, stats1.rstd, stats2.mean, stats2.rstd}) Kokkos::deep_copy(v, 0.25f);
+    run(make(y1, stats1), ScalarRows<decltype(make(y2, stats2))>{make(y2, stats2)});
+    CHECK(ulps_apart(y1, y2) == 0);
+    CHECK(ulps_apart(stats1.mean, stats2.mean) == 0);
+    CHECK(ulps_apart(stats1.rstd, stats2.rstd) == 0);
   };
   for (auto isa : {kernels::Isa::avx2, kernels::Isa::avx512}) {
     if (kernels::host_isa() < isa) continue;
@@ -321,20 +329,23 @@ TEST_CASE("norm kernels: the host's vector loops give the compiler's bits of the
       }
     };
     both(
-        "LayerNormForward", [&](auto out) { return kd::LayerNormForward<float, Space>{x, w, b, out, m2, s2, 1e-5f}; },
-        y1, y2, run);
+        "LayerNormForward",
+        [&](auto out, const Stats& st) {
+          return kd::LayerNormForward<float, Space>{x, w, b, out, st.mean, st.rstd, 1e-5f};
+        },
+        run);
     both(
         "RmsNormForward",
-        [&](auto out) {
-          return kd::RmsNormForward<float, Space>{x, w, out, s2, 1e-5f};
+        [&](auto out, const Stats& st) {
+          return kd::RmsNormForward<float, Space>{x, w, out, st.rstd, 1e-5f};
         },
-        y1, y2, run);
+        run);
     both(
         "RmsNormBackwardInput",
-        [&](auto out) {
+        [&](auto out, const Stats&) {
           return kd::RmsNormBackwardInput<float, Space>{x, dy, w, rstd, out};
         },
-        y1, y2, run);
+        run);
   }
 }
 #endif
