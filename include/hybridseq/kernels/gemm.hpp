@@ -149,10 +149,14 @@ namespace detail {
 /// walks C's rows, so it wins while that block stays in L2 and A is not re-read from memory
 /// once per block; Bᵀ is copied first (depth × n floats), which pays only over many rows.
 /// The bounds are where it was measured ahead (docs/results.md, "The micro-kernel for the
-/// step's products").
+/// step's products"). Weight gradients (A transposed, a depth of up to 2048 read in place) run
+/// on it only on AMD's CPUs, where it was measured ahead; on Intel's (Emerald Rapids) its
+/// strided walk down the depth fell well behind OpenBLAS' packed kernel (docs/results.md, "On
+/// an Intel host").
 inline bool micro_kernel_wins(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k) {
   if (op_a == Op::transpose && op_b == Op::transpose) return false;
-  if (op_a == Op::transpose) return k <= 2048 && m * k <= (std::int64_t(1) << 20);  // weight gradients
+  if (op_a == Op::transpose)  // weight gradients
+    return amd_cpu() && k <= 2048 && m * k <= (std::int64_t(1) << 20);
   if (op_b == Op::transpose) return k <= 512 && m >= 1024 && n * k <= (std::int64_t(1) << 18);
   return k <= 512;
 }
