@@ -283,14 +283,14 @@ TEST_CASE("norm kernels: the host's vector loops give the compiler's bits of the
   const auto &x = in.x, &dy = in.dy;
   const auto &w = in.w, &b = in.b;
   Tensor<float**, Space> y1("y1", rows, d), y2("y2", rows, d);
-  Tensor<float*, Space> mean("mean", rows), rstd("rstd", rows);
+  using Row = Tensor<float*, Space>;
+  Row mean("mean", rows), rstd("rstd", rows);
   kernels::layernorm_forward<float>(Space{}, x, w, b, 1e-5f, y1, mean, rstd);  // the saved statistics
   Space().fence();
   // Each run's own row statistics, which the forward kernels write beside y.
   struct Stats {
-    Tensor<float*, Space> mean, rstd;
+    Row mean, rstd;
   };
-  using Row = Tensor<float*, Space>;
   const Stats stats1{Row("mean1", rows), Row("rstd1", rows)}, stats2{Row("mean2", rows), Row("rstd2", rows)};
   // The largest distance in ulps between the two outputs (0: the same bits).
   const auto ulps_apart = [&](const auto& a, const auto& c) {

@@ -76,8 +76,7 @@ inline Isa detected_isa() {
   return Isa::baseline;
 #endif
 }
-/// Whether the CPU is AMD's: the micro-kernel's products that read a long depth in place were
-/// measured ahead of OpenBLAS on AMD Zen 4 and behind it on Intel Emerald Rapids (gemm.hpp).
+/// Whether the CPU is AMD's (gemm.hpp routes the weight-gradient products by it).
 inline bool amd_cpu() {
 #if HYBRIDSEQ_ISA_DISPATCH
   static const bool amd = __builtin_cpu_is("amd");
