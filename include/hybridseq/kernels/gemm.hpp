@@ -145,18 +145,15 @@ int blas_threads_for(const Space& exec) {
 namespace detail {
 
 /// Whether the micro-kernel runs this product faster than OpenBLAS' packed GEMM on one thread.
-/// It reads A in place and keeps a 64-column block of B (depth × 64 floats) in cache while it
-/// walks C's rows, so it wins while that block stays in L2 and A is not re-read from memory
-/// once per block; Bᵀ is copied first (depth × n floats), which pays only over many rows.
-/// The bounds are where it was measured ahead (docs/results.md, "The micro-kernel for the
-/// step's products"). Weight gradients (A transposed, a depth of up to 2048 read in place) run
-/// on it only on AMD's CPUs, where it was measured ahead; on Intel's (Emerald Rapids) its
-/// strided walk down the depth fell well behind OpenBLAS' packed kernel (docs/results.md, "On
-/// an Intel host").
+/// It reads A in place (a weight gradient's Aᵀ a block at a time: micro_kernel_gemm), and B too
+/// unless B is transposed: Bᵀ is copied first (depth × n floats), which pays only over many
+/// rows. The bounds are where it was measured ahead (docs/results.md, "The micro-kernel for the
+/// step's products" and "On an Intel host"): past them its re-reads of A from memory cost more
+/// than OpenBLAS' packing.
 inline bool micro_kernel_wins(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k) {
   if (op_a == Op::transpose && op_b == Op::transpose) return false;
   if (op_a == Op::transpose)  // weight gradients
-    return amd_cpu() && k <= 2048 && m * k <= (std::int64_t(1) << 20);
+    return k <= 2048 && m * k <= (std::int64_t(1) << 20);
   if (op_b == Op::transpose) return k <= 512 && m >= 1024 && n * k <= (std::int64_t(1) << 18);
   return k <= 512;
 }
@@ -187,40 +184,83 @@ int micro_kernel_width(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::in
 /// finishes: 128 KiB, which stays in L2 between the two.
 inline constexpr std::int64_t epilogue_block_floats = std::int64_t(1) << 15;
 
+/// The micro-kernel's cache blocking. C is made in blocks of at most `block_rows` rows; each
+/// is walked in panels of one register block's width (64 floats at width 16, 16 at 8) and each
+/// panel's depth in steps of `block_floats` / panel (128 at width 16), so that the part of B a
+/// step reads (32 KiB) stays in L1 while the block's rows pass over it, and the block's rows of
+/// A stay in L2 from panel to panel.
+inline constexpr std::int64_t micro_kernel_block_rows = 192;
+inline constexpr std::int64_t micro_kernel_block_floats = std::int64_t(1) << 13;
+
 /// C = alpha·op(A)·op(B) + beta·C (beta 0 or 1) + 1·biasᵀ (bias: n values, or null) on the
 /// micro-kernel at `width` (16 or 8, from micro_kernel_width), then `then` (or null) on each
 /// block of C's rows as it is made; C must then be contiguous (ldc = n), and `first` is the
-/// flat index in `then`'s terms of C's first element. Each element of C sums its whole depth in
-/// order, in registers, whatever the blocks. For NT, Bᵀ is copied first to scratch of this
-/// thread's own, kept between calls (at most 2¹⁸ floats: outside the workspace arena, allocated
-/// by the first such product on each thread).
+/// flat index in `then`'s terms of C's first element. Each element of C sums its depth in
+/// order, in steps of the same length wherever the element lies (micro_kernel_block_floats),
+/// so the bits do not depend on how C is cut between threads. For NT, Bᵀ is first copied into
+/// panels (each depth × panel width, contiguous) in scratch of this thread's own, kept between
+/// calls (at most 2¹⁸ floats: outside the workspace arena, allocated by the first such product
+/// on each thread); B is read in place otherwise.
 template <class T, class Then = NoThen>
 void micro_kernel_gemm(int width, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
                        std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc,
                        const T* bias = nullptr, const Then* then = nullptr, std::int64_t first = 0) {
 #if HYBRIDSEQ_ISA_DISPATCH
   if constexpr (std::is_same_v<T, float>) {
-    if (op_b == Op::transpose) {  // Bᵀ, k × n, row-major
+    const std::int64_t panel = width * (width == 16 ? simd::Avx512::vectors : simd::Avx2::vectors);
+    const bool packed = op_b == Op::transpose;
+    if (packed) {
       thread_local std::vector<float> scratch;
       if (scratch.size() < std::size_t(k * n)) scratch.resize(std::size_t(k * n));
       float* bt = scratch.data();
-      for (std::int64_t j0 = 0; j0 < n; j0 += 16)
-        for (std::int64_t p = 0; p < k; ++p)
-          for (std::int64_t j = j0; j < j0 + 16 && j < n; ++j) bt[p * n + j] = b[j * ldb + p];
+      for (std::int64_t j0 = 0; j0 < n; j0 += panel) {
+        const std::int64_t w = std::min(panel, n - j0);
+        for (std::int64_t jj = 0; jj < w; jj += 16)  // 16 rows of B at a time, read along their depth
+          for (std::int64_t p = 0; p < k; ++p)
+            for (std::int64_t j = jj; j < jj + 16 && j < w; ++j) bt[j0 * k + p * w + j] = b[(j0 + j) * ldb + p];
+      }
       b = bt;
-      ldb = n;
     }
-    const std::int64_t a_row = op_a == Op::none ? lda : 1, a_col = op_a == Op::none ? 1 : lda;
     // Blocks of whole register blocks of rows (simd::Avx512::rows = simd::Avx2::rows = 6).
-    const std::int64_t block = then ? std::max<std::int64_t>(6, epilogue_block_floats / n / 6 * 6) : m;
+    const std::int64_t block =
+        then ? std::min(micro_kernel_block_rows, std::max<std::int64_t>(6, epilogue_block_floats / n / 6 * 6))
+             : micro_kernel_block_rows;
+    const std::int64_t depth_step = micro_kernel_block_floats / panel;
+    // A transposed is read down its columns, a stride of lda apart: a power of two in every
+    // weight gradient, whose lines would all fall in a few of L1's sets. Each step's block of
+    // Aᵀ is copied first, its rows padded to a stride that is not.
+    const bool a_packed = op_a == Op::transpose;
+    const std::int64_t a_stride = block + 16;
+    thread_local std::vector<float> a_scratch;
+    if (a_packed && a_scratch.size() < std::size_t(depth_step * a_stride))
+      a_scratch.resize(std::size_t(depth_step * a_stride));
     for (std::int64_t r0 = 0; r0 < m; r0 += block) {
       const int rows = int(std::min(block, m - r0));
-      if (width == 16)
-        simd::gemm(simd::Avx512{}, rows, int(n), int(k), alpha, a + r0 * a_row, a_row, a_col, b, ldb, c + r0 * ldc, ldc,
-                   beta == 1, {.col_bias = bias});
-      else
-        simd::gemm(simd::Avx2{}, rows, int(n), int(k), alpha, a + r0 * a_row, a_row, a_col, b, ldb, c + r0 * ldc, ldc,
-                   beta == 1, {.col_bias = bias});
+      for (std::int64_t p0 = 0; p0 < k; p0 += depth_step) {
+        const int depth = int(std::min(depth_step, k - p0));
+        const float* a_step = a + (op_a == Op::none ? r0 * lda + p0 : p0 * lda + r0);
+        std::int64_t a_row = op_a == Op::none ? lda : 1, a_col = op_a == Op::none ? 1 : lda;
+        if (a_packed) {
+          for (int p = 0; p < depth; ++p) std::copy_n(a_step + p * lda, rows, a_scratch.data() + p * a_stride);
+          a_step = a_scratch.data();
+          a_col = a_stride;
+        }
+        // The first step stores C (or adds to it, beta = 1) with the bias; the later ones add.
+        const bool accumulate = beta == 1 || p0 > 0;
+        for (std::int64_t j0 = 0; j0 < n; j0 += panel) {
+          const std::int64_t w = std::min(panel, n - j0);
+          const std::int64_t ld_panel = packed ? w : ldb;
+          const float* b_step = (packed ? b + j0 * k : b + j0) + p0 * ld_panel;
+          const simd::Extras<float> extras{.col_bias = bias && p0 == 0 ? bias + j0 : nullptr};
+          float* c_block = c + r0 * ldc + j0;
+          if (width == 16)
+            simd::gemm(simd::Avx512{}, rows, int(w), depth, alpha, a_step, a_row, a_col, b_step, ld_panel, c_block, ldc,
+                       accumulate, extras);
+          else
+            simd::gemm(simd::Avx2{}, rows, int(w), depth, alpha, a_step, a_row, a_col, b_step, ld_panel, c_block, ldc,
+                       accumulate, extras);
+        }
+      }
       if constexpr (!std::is_same_v<Then, NoThen>) {
         if (then) {
           // The CPU's widest copy, as a pass of its own would run (a width-8 product on an

@@ -76,15 +76,6 @@ inline Isa detected_isa() {
   return Isa::baseline;
 #endif
 }
-/// Whether the CPU is AMD's (gemm.hpp routes the weight-gradient products by it).
-inline bool amd_cpu() {
-#if HYBRIDSEQ_ISA_DISPATCH
-  static const bool amd = __builtin_cpu_is("amd");
-  return amd;
-#else
-  return false;
-#endif
-}
 inline std::atomic<Isa>& isa_limit() {
   static std::atomic<Isa> limit{Isa::avx512};
   return limit;
