@@ -184,7 +184,7 @@ int micro_kernel_width(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::in
 /// finishes: 128 KiB, which stays in L2 between the two.
 inline constexpr std::int64_t epilogue_block_floats = std::int64_t(1) << 15;
 
-/// The micro-kernel's cache blocking. C is made in blocks of at most `block_rows` rows; each
+/// The micro-kernel's cache blocking. C is made in blocks of at most 192 rows; each
 /// is walked in panels of one register block's width (64 floats at width 16, 16 at 8) and each
 /// panel's depth in steps of `block_floats` / panel (128 at width 16), so that the part of B a
 /// step reads (32 KiB) stays in L1 while the block's rows pass over it, and the block's rows of
@@ -200,7 +200,9 @@ inline constexpr std::int64_t micro_kernel_block_floats = std::int64_t(1) << 13;
 /// so the bits do not depend on how C is cut between threads. For NT, Bᵀ is first copied into
 /// panels (each depth × panel width, contiguous) in scratch of this thread's own, kept between
 /// calls (at most 2¹⁸ floats: outside the workspace arena, allocated by the first such product
-/// on each thread); B is read in place otherwise.
+/// on each thread); B is read in place otherwise. For TN, each depth step's block of Aᵀ is
+/// copied likewise, into rows of a padded stride (at most 512 × 208 floats, 416 KiB, at width
+/// 8; 104 KiB at 16).
 template <class T, class Then = NoThen>
 void micro_kernel_gemm(int width, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
                        std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc,
