@@ -179,8 +179,8 @@ HYBRIDSEQ_HOST_FORCEINLINE void block_of_size(int m, int nv, int k, typename S::
 }
 
 /// C = or += alpha · A · B with Extras, walking C in column blocks (B's block, depth × NV·W,
-/// stays in cache across the rows: L1 for an attention tile, L2 for the depth of at most 512 the
-/// GEMM facade gives it). Spans (Extras) cut each block of rows' depth and columns to its rows'.
+/// stays in cache across the rows: L1 for an attention tile and for the depth steps the GEMM
+/// facade gives it). Spans (Extras) cut each block of rows' depth and columns to its rows'.
 template <class S>
 HYBRIDSEQ_HOST_FORCEINLINE void gemm_body(int m, int n, int k, typename S::Scalar alpha, const typename S::Scalar* a,
                                           std::int64_t a_row, std::int64_t a_col, const typename S::Scalar* b,
