@@ -512,7 +512,10 @@ TEST_CASE("gemm facade: a product split between threads gives one call's bits", 
   std::vector<float> on_blas(one_call.size());
   kernels::detail::host_gemm_on<float>(0, Op::none, Op::transpose, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f,
                                        on_blas.data(), n);
-  REQUIRE(on_blas != one_call);
+  // Where BLAS happens to give the micro-kernel's bits (seen in the -O0 sanitizer build, which
+  // contracts no FMAs, on an Emerald Rapids CPU whose OpenBLAS runs its SSE3 kernels), a part
+  // sent to BLAS would not show; the thread-split checks below still compare bits.
+  if (on_blas == one_call) WARN("BLAS gives the micro-kernel's bits for this product on this build and CPU");
   const auto on = [&]<class Space>(Space) {
     Tensor<float**, Space> ta("a", m, k), tb("b", n, k), tc("c", m, n);
     std::memcpy(ta.data(), a.data(), sizeof(float) * a.size());
