@@ -430,7 +430,7 @@ HYBRIDSEQ_SPACE_TEST_CASE("gemm facade matches the naive oracle for every op", "
 }
 
 // Float products: on a host with a vector copy, those the micro-kernel wins (NN with a short
-// depth, TN over small operands on AMD, NT over many rows; n a multiple of 8; beta 0 or 1) run on it,
+// depth, TN over small operands, NT over many rows; n a multiple of 8; beta 0 or 1) run on it,
 // the rest on BLAS. Both against a double oracle, within float summation's error bound.
 HYBRIDSEQ_SPACE_TEST_CASE("gemm facade: float products on the micro-kernel or on BLAS match the oracle",
                           "[core][kernels]") {
