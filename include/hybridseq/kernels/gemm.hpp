@@ -147,9 +147,9 @@ namespace detail {
 /// Whether the micro-kernel runs this product faster than OpenBLAS' packed GEMM on one thread.
 /// It reads A in place (except a weight gradient's Aᵀ, copied a block at a time:
 /// micro_kernel_gemm), and B too unless B is transposed: Bᵀ is copied first (depth × n floats),
-/// which pays only over many rows. The bounds are where it was measured ahead (docs/results.md, "The micro-kernel for
-/// the step's products" and "On an Intel host"): past them its re-reads of A from memory cost more than OpenBLAS'
-/// packing.
+/// which pays only over many rows. The bounds are where it was measured ahead (docs/results.md,
+/// "The micro-kernel for the step's products" and "On an Intel host"): past them its re-reads
+/// of A from memory cost more than OpenBLAS' packing.
 inline bool micro_kernel_wins(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k) {
   if (op_a == Op::transpose && op_b == Op::transpose) return false;
   if (op_a == Op::transpose)  // weight gradients
@@ -184,12 +184,11 @@ int micro_kernel_width(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::in
 /// finishes: 128 KiB, which stays in L2 between the two.
 inline constexpr std::int64_t epilogue_block_floats = std::int64_t(1) << 15;
 
-/// The micro-kernel's cache blocking. C is made in blocks of at most 192 rows; each
-/// is walked in panels of one register block's width (64 floats at width 16, 16 at 8) and each
-/// panel's depth in steps of micro_kernel_block_floats / panel (128 at width 16, 512 at 8), so
-/// that the part of B a
-/// step reads (32 KiB) stays in L1 while the block's rows pass over it, and the block's rows of
-/// A stay in L2 from panel to panel.
+/// The micro-kernel's cache blocking. C is made in blocks of at most 192 rows; each is walked
+/// in panels of one register block's width (64 floats at width 16, 16 at 8) and each panel's
+/// depth in steps of micro_kernel_block_floats / panel (128 at width 16, 512 at 8), so that the
+/// part of B a step reads (32 KiB) stays in L1 while the block's rows pass over it, and the
+/// block's rows of A stay in L2 from panel to panel.
 inline constexpr std::int64_t micro_kernel_block_rows = 192;
 inline constexpr std::int64_t micro_kernel_block_floats = std::int64_t(1) << 13;
 
@@ -197,8 +196,8 @@ inline constexpr std::int64_t micro_kernel_block_floats = std::int64_t(1) << 13;
 /// micro-kernel at `width` (16 or 8, from micro_kernel_width), then `then` (or null) on each
 /// block of C's rows as it is made; C must then be contiguous (ldc = n), and `first` is the
 /// flat index in `then`'s terms of C's first element. Each element of C sums its depth in
-/// order, in steps of the same length wherever the element lies (micro_kernel_block_floats / panel),
-/// so the bits do not depend on how C is cut between threads. For NT, Bᵀ is first copied into
+/// order, in steps of the same length wherever the element lies, so the bits do not depend on
+/// how C is cut between threads. For NT, Bᵀ is first copied into
 /// panels (each depth × panel width, contiguous) in scratch of this thread's own, kept between
 /// calls (at most 2¹⁸ floats: outside the workspace arena, allocated by the first such product
 /// on each thread, one buffer per instance of this template); B is read in place otherwise.
