@@ -290,16 +290,29 @@ template <class S, class T, class Lanes>
 HYBRIDSEQ_HOST_FORCEINLINE void online_softmax(T* st, std::int64_t cols, Lanes lanes, T* m, T* l, T* corr) {
   using V = typename S::V;
   constexpr int W = S::lanes;
+  // The max as vectors (GCC will not if-convert a float select), G of them at a time with the
+  // keys in the outer loop: G running maxima whose chains interleave, where one vector's chain
+  // down the keys would wait out the max's latency at every key.
+  constexpr int G = tile_q / W < 8 ? tile_q / W : 8;
   T mx[tile_q], sum[tile_q];
-  for (int i = 0; i < lanes; i += W) {  // the max as vectors: GCC will not if-convert a float select
-    V v;
-    simd::load(v, m + i);
+  for (int i0 = 0; i0 < lanes; i0 += G * W) {
+    V v[G] = {};
+    HYBRIDSEQ_UNROLL
+    for (int u = 0; u < G; ++u)
+      if (i0 + u * W < lanes) simd::load(v[u], m + i0 + u * W);
     for (std::int64_t j = 0; j < cols; ++j) {
-      V x;
-      simd::load(x, st + j * tile_q + i);
-      v = x > v ? x : v;
+      const T* row = st + j * tile_q + i0;
+      HYBRIDSEQ_UNROLL
+      for (int u = 0; u < G; ++u)
+        if (i0 + u * W < lanes) {
+          V x;
+          simd::load(x, row + u * W);
+          v[u] = x > v[u] ? x : v[u];
+        }
     }
-    simd::store(mx + i, v);
+    HYBRIDSEQ_UNROLL
+    for (int u = 0; u < G; ++u)
+      if (i0 + u * W < lanes) simd::store(mx + i0 + u * W, v[u]);
   }
   for (int i = 0; i < lanes; ++i) corr[i] = exp_in_loop(m[i] - mx[i]), m[i] = mx[i], sum[i] = 0;
   for (std::int64_t j = 0; j < cols; ++j) {
